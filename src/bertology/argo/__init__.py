@@ -1,0 +1,19 @@
+"""Our Argo YAML, checked strictly and run locally: the same files run on a cluster and on one machine.
+
+validate: strict schema (hera's models, unknown keys forbidden) + reference checks.
+runner:   executes a Workflow / CronWorkflow on this machine with Argo's semantics (DESIGN §8).
+"""
+
+from bertology.argo.runner import NodeResult, RunResult, check_supported, run_workflow
+from bertology.argo.validate import ValidationFailed, load_documents, validate_file, validate_or_raise
+
+__all__ = [
+    "NodeResult",
+    "RunResult",
+    "ValidationFailed",
+    "check_supported",
+    "load_documents",
+    "run_workflow",
+    "validate_file",
+    "validate_or_raise",
+]

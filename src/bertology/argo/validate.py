@@ -1,0 +1,639 @@
+"""Strict validation of our Argo YAML, before it reaches a cluster or the local runner.
+
+Two layers, both reported as "file: location: message" lines:
+
+1. Schema: every document is validated against hera's pydantic models of Argo's CRDs with unknown keys
+   forbidden, so a misspelled key (which Argo itself silently drops) or a wrong type fails here.
+2. References: entrypoint, template / templateRef targets (WorkflowTemplates in the templates directory),
+   `depends` / `dependencies`, cycles, task arguments against the target's inputs, and every `{{...}}`
+   variable (workflow / input parameters, ancestor task outputs, `item`, a few built-ins).
+
+The document helpers here (loading, the WorkflowTemplate library, the effective spec of a Workflow) are
+shared with the local runner, which must read the YAML exactly as this validator does.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bertology.argo.expressions import ExpressionError, dependencies_to_expr, parse_depends, task_names
+from bertology.errors import BadInput
+
+API_VERSION = "argoproj.io/v1alpha1"
+KINDS = ("Workflow", "WorkflowTemplate", "CronWorkflow")
+# Argo's template variable syntax; whitespace inside the braces is allowed, as Argo trims it.
+TAG = re.compile(r"\{\{\s*(.*?)\s*\}\}")
+BUILTINS = ("workflow.name", "workflow.uid", "workflow.namespace", "pod.name", "retries")
+TEMPLATE_TYPES = (
+    "container",
+    "dag",
+    "steps",
+    "script",
+    "resource",
+    "suspend",
+    "http",
+    "plugin",
+    "containerSet",
+    "data",
+)
+# Keys Argo dropped or renamed; hinted at when the schema reports them as unknown.
+RENAMED = {
+    "semaphore": "Argo 3.6+ and 4.x use 'semaphores: [...]'",
+    "mutex": "Argo 3.6+ and 4.x use 'mutexes: [...]'",
+    "schedule": "Argo 3.6+ and 4.x use 'schedules: [...]'",
+}
+
+
+class ValidationFailed(BadInput):
+    """All problems found in a workflow file; the message is the first one (one line)."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = errors
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(errors[0] + more)
+
+
+# --- documents -------------------------------------------------------------------------------------------
+
+
+def load_documents(path: str | Path) -> list[dict]:
+    """All YAML documents of a file (empty ones dropped); each must be a mapping."""
+    path = Path(path)
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    except OSError as e:
+        raise BadInput(f"cannot read workflow file {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise BadInput(f"{path}: invalid YAML: {' '.join(str(e).split())}") from e
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise BadInput(f"{path}: document {i + 1} is a {type(doc).__name__}, expected a mapping")
+    return docs
+
+
+@dataclass
+class Source:
+    """A document and the file it came from: the scope in which `template: x` names are looked up."""
+
+    path: Path
+    doc: dict
+
+    @property
+    def kind(self) -> str:
+        return str(self.doc.get("kind"))
+
+    @property
+    def name(self) -> str:
+        meta = self.doc.get("metadata") or {}
+        return str(meta.get("name") or meta.get("generateName") or "?")
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.name}"
+
+    @property
+    def spec(self) -> dict:
+        """The WorkflowSpec: `spec`, or `spec.workflowSpec` of a CronWorkflow."""
+        spec = self.doc.get("spec") or {}
+        return (spec.get("workflowSpec") or {}) if self.kind == "CronWorkflow" else spec
+
+    @property
+    def spec_path(self) -> str:
+        return "spec.workflowSpec" if self.kind == "CronWorkflow" else "spec"
+
+    def template(self, name: str) -> dict | None:
+        return next((t for t in self.spec.get("templates") or [] if t.get("name") == name), None)
+
+
+def load_library(templates_dir: str | Path | None) -> dict[str, Source]:
+    """The WorkflowTemplates of a directory (*.yaml, *.yml), by metadata.name."""
+    library: dict[str, Source] = {}
+    if templates_dir is None or not Path(templates_dir).is_dir():
+        return library
+    for path in sorted([*Path(templates_dir).glob("*.yaml"), *Path(templates_dir).glob("*.yml")]):
+        for doc in load_documents(path):
+            if doc.get("kind") == "WorkflowTemplate":
+                name = (doc.get("metadata") or {}).get("name")
+                if name in library:
+                    raise BadInput(
+                        f"{path}: WorkflowTemplate '{name}' is also defined in {library[name].path}"
+                    )
+                library[name] = Source(path, doc)
+    return library
+
+
+def effective_spec(source: Source, library: dict[str, Source]) -> tuple[dict, Source]:
+    """A Workflow's spec after `workflowTemplateRef`, and the source its templates come from.
+
+    As Argo does, the Workflow's own fields win and its arguments override the template's by name.
+    """
+    spec = source.spec
+    ref = spec.get("workflowTemplateRef")
+    if not ref or ref.get("name") not in library:
+        return spec, source
+    base = library[ref["name"]]
+    merged = {**base.spec, **{k: v for k, v in spec.items() if k != "workflowTemplateRef"}}
+    params = {p["name"]: p for p in (base.spec.get("arguments") or {}).get("parameters") or []}
+    params.update({p["name"]: p for p in (spec.get("arguments") or {}).get("parameters") or []})
+    merged["arguments"] = {"parameters": list(params.values())}
+    return merged, base
+
+
+def resolve_task_template(
+    task: dict, source: Source, library: dict[str, Source]
+) -> tuple[dict, Source] | str:
+    """The template a DAG task runs and the source it lives in, or why it cannot be found."""
+    if "templateRef" in task:
+        ref = task["templateRef"] or {}
+        if ref.get("clusterScope"):
+            name = ref.get("name")
+            return f"templateRef to ClusterWorkflowTemplate '{name}' (only WorkflowTemplates are supported)"
+        target = library.get(ref.get("name"))
+        if target is None:
+            known = ", ".join(sorted(library)) or "none"
+            return f"templateRef names WorkflowTemplate '{ref.get('name')}', not found (known: {known})"
+        template = target.template(ref.get("template"))
+        if template is None:
+            return f"WorkflowTemplate '{ref.get('name')}' has no template '{ref.get('template')}'"
+        return template, target
+    template = source.template(task.get("template"))
+    if template is None:
+        return f"template '{task.get('template')}' not found in {source.label}"
+    return template, source
+
+
+def parameter_names(holder: dict | None) -> list[str]:
+    return [p.get("name") for p in (holder or {}).get("parameters") or []]
+
+
+def tags(value: Any) -> Iterator[str]:
+    """Every `{{...}}` tag in a nested structure of strings."""
+    if isinstance(value, str):
+        yield from TAG.findall(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from tags(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from tags(v)
+
+
+def task_dependencies(task: dict):
+    """The parsed `depends` (or `dependencies` list) of a task, None when it has none."""
+    if task.get("depends"):
+        return parse_depends(str(task["depends"]))
+    return dependencies_to_expr(list(task.get("dependencies") or []))
+
+
+# --- schema ---------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _strict_models() -> dict[str, Any]:
+    """hera's Argo models with unknown keys forbidden.
+
+    The flag must be set before the model classes are created (pydantic copies the config at class
+    creation). If something imported them earlier, they are imported afresh; either way the flag is
+    checked, since a silently lenient schema would defeat the purpose.
+    """
+    from hera.shared._pydantic import APIBaseModel
+
+    APIBaseModel.model_config["extra"] = "forbid"
+    module = "hera.workflows.models.io.argoproj.workflow.v1alpha1"
+    models = importlib.import_module(module)
+    if not _forbids_unknown_keys(models):
+        for name in [m for m in sys.modules if m.startswith("hera.workflows.models")]:
+            del sys.modules[name]
+        models = importlib.import_module(module)
+        if not _forbids_unknown_keys(models):
+            raise RuntimeError("hera's models still accept unknown keys; strict validation is not possible")
+    return {kind: getattr(models, kind) for kind in KINDS}
+
+
+def _forbids_unknown_keys(models) -> bool:
+    from pydantic import ValidationError
+
+    try:
+        models.WorkflowSpec.model_validate({"templates": [{"name": "probe", "container": {"imagee": "x"}}]})
+    except ValidationError:
+        return True
+    return False
+
+
+def _location(doc: Any, loc: tuple) -> tuple[str, list]:
+    """Render a pydantic error location against the document: list items that have a name show it.
+
+    Returns the rendered path and the part of `loc` that does not index into the document (union
+    member tags, or the name of a missing key).
+    """
+    out, node = "", doc
+    for i, key in enumerate(loc):
+        if isinstance(node, dict) and key in node:
+            out += f".{key}" if out else str(key)
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+            item = node[key]
+            name = item.get("name") if isinstance(item, dict) else None
+            out += f"[{name}]" if isinstance(name, str) else f"[{key}]"
+            node = item
+        else:
+            return out, list(loc[i:])
+    return out, []
+
+
+def schema_errors(source: Source) -> list[str]:
+    """Errors of the strict schema layer for one document."""
+    from pydantic import ValidationError
+
+    doc = source.doc
+    if doc.get("apiVersion") != API_VERSION:
+        return [
+            f"{source.path}: {source.label}: apiVersion: is {doc.get('apiVersion')!r}, must be {API_VERSION}"
+        ]
+    if doc.get("kind") not in KINDS:
+        return [f"{source.path}: document: kind: {doc.get('kind')!r} is not one of {', '.join(KINDS)}"]
+    try:
+        _strict_models()[source.kind].model_validate(doc)
+    except ValidationError as e:
+        messages: dict[str, list[str]] = {}
+        for err in e.errors():
+            where, rest = _location(doc, tuple(err["loc"]))
+            if err["type"] == "extra_forbidden":
+                key = where.rsplit(".", 1)[-1]
+                where = where.rsplit(".", 1)[0] if "." in where else "(top level)"
+                hint = f"; {RENAMED[key]}" if key in RENAMED else ""
+                msg = f"unknown field '{key}' (not in Argo's schema{hint})"
+            elif err["type"] == "missing":
+                msg = f"missing required field '{rest[0]}'" if rest else "missing required field"
+            else:
+                msg = f"{err['msg']} (got {json.dumps(err.get('input'), default=str)})"
+            if msg not in messages.setdefault(where, []):
+                messages[where].append(msg)
+        return [
+            f"{source.path}: {source.label}: {where}: {' / '.join(msgs)}" for where, msgs in messages.items()
+        ]
+    return []
+
+
+# --- references -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Checker:
+    library: dict[str, Source]
+    errors: list[str] = field(default_factory=list)
+    checked: set[int] = field(default_factory=set)
+
+    def error(self, source: Source, where: str, message: str) -> None:
+        self.errors.append(f"{source.path}: {source.label}: {where}: {message}")
+
+    def document(self, source: Source) -> None:
+        """Schema and references of one document, once; then of the WorkflowTemplates it references."""
+        if id(source.doc) in self.checked:
+            return
+        self.checked.add(id(source.doc))
+        schema = schema_errors(source)
+        self.errors.extend(schema)
+        if schema:
+            return  # reference checks assume the shapes the schema guarantees
+        spec, sp = source.spec, source.spec_path
+        if source.kind == "CronWorkflow":
+            self.cron(source)
+        ref = spec.get("workflowTemplateRef")
+        if ref is not None:
+            if ref.get("clusterScope"):
+                self.error(source, f"{sp}.workflowTemplateRef", "ClusterWorkflowTemplates are not supported")
+            elif ref.get("name") not in self.library:
+                known = ", ".join(sorted(self.library)) or "none"
+                self.error(
+                    source,
+                    f"{sp}.workflowTemplateRef",
+                    f"WorkflowTemplate '{ref.get('name')}' not found (known: {known})",
+                )
+            if spec.get("templates"):
+                self.error(source, f"{sp}.templates", "not allowed together with workflowTemplateRef")
+        merged, template_source = effective_spec(source, self.library)
+        declared = parameter_names(merged.get("arguments"))
+        for name in {n for n in declared if declared.count(n) > 1}:
+            self.error(source, f"{sp}.arguments", f"parameter '{name}' is declared twice")
+        runnable = source.kind != "WorkflowTemplate"
+        # A library WorkflowTemplate declares no arguments: its callers' workflows provide them.
+        workflow_params = declared if runnable or merged.get("arguments") else None
+        entrypoint = merged.get("entrypoint")
+        if entrypoint is None:
+            if runnable:
+                self.error(source, sp, "missing 'entrypoint'")
+        elif template_source.template(entrypoint) is None:
+            self.error(source, f"{sp}.entrypoint", f"template '{entrypoint}' not found")
+        elif runnable:
+            self.entrypoint_inputs(source, template_source.template(entrypoint), declared)
+        names = [t.get("name") for t in spec.get("templates") or []]
+        for name in {n for n in names if names.count(n) > 1}:
+            self.error(source, f"{sp}.templates", f"template '{name}' is defined twice")
+        for template in spec.get("templates") or []:
+            self.template(source, template, workflow_params)
+        if runnable and entrypoint is not None and template_source.template(entrypoint) is not None:
+            self.reachable_workflow_params(source, template_source, entrypoint, declared)
+
+    def cron(self, source: Source) -> None:
+        spec = source.doc.get("spec") or {}
+        if not spec.get("schedules"):
+            self.error(source, "spec.schedules", "missing: a CronWorkflow needs at least one schedule")
+        for schedule in spec.get("schedules") or []:
+            fields = str(schedule).split()
+            if not (str(schedule).startswith("@") or len(fields) in (5, 6)):
+                self.error(source, "spec.schedules", f"'{schedule}' is not a cron expression (5 fields)")
+        if "workflowSpec" not in spec:
+            self.error(source, "spec", "missing 'workflowSpec'")
+
+    def entrypoint_inputs(self, source: Source, template: dict, declared: list[str]) -> None:
+        for param in (template.get("inputs") or {}).get("parameters") or []:
+            if param["name"] not in declared and "value" not in param and "default" not in param:
+                self.error(
+                    source,
+                    f"{source.spec_path}.entrypoint",
+                    f"entrypoint '{template['name']}' needs input '{param['name']}', which "
+                    f"spec.arguments.parameters does not declare",
+                )
+
+    def reachable_workflow_params(
+        self, source: Source, start: Source, entrypoint: str, declared: list[str]
+    ) -> None:
+        """Templates reached through templateRef see this Workflow's parameters: check their uses."""
+        seen: set[tuple[int, str]] = set()
+        stack = [(start, start.template(entrypoint))]
+        while stack:
+            owner, template = stack.pop()
+            if template is None or (id(owner.doc), template.get("name")) in seen:
+                continue
+            seen.add((id(owner.doc), template.get("name")))
+            if owner is not source:
+                self.document(owner)
+                for tag in tags(template):
+                    if tag.startswith("workflow.parameters.") and tag.split(".", 2)[2] not in declared:
+                        self.error(
+                            source,
+                            f"(via {owner.label}) template '{template.get('name')}'",
+                            f"uses '{{{{{tag}}}}}', which spec.arguments.parameters does not declare "
+                            f"(declared: {', '.join(declared) or 'none'})",
+                        )
+            for task in (template.get("dag") or {}).get("tasks") or []:
+                target = resolve_task_template(task, owner, self.library)
+                if not isinstance(target, str):
+                    stack.append((target[1], target[0]))
+
+    def template(self, source: Source, template: dict, workflow_params: list[str] | None) -> None:
+        where = f"{source.spec_path}.templates[{template.get('name')}]"
+        types = [t for t in TEMPLATE_TYPES if template.get(t) is not None]
+        if len(types) != 1:
+            self.error(
+                source,
+                where,
+                f"needs exactly one template type, has {', '.join(types) or 'none'} "
+                f"(one of: {', '.join(TEMPLATE_TYPES)})",
+            )
+        inputs = parameter_names(template.get("inputs"))
+        for name in {n for n in inputs if inputs.count(n) > 1}:
+            self.error(source, f"{where}.inputs", f"parameter '{name}' is declared twice")
+        outputs = parameter_names(template.get("outputs"))
+        for name in {n for n in outputs if outputs.count(n) > 1}:
+            self.error(source, f"{where}.outputs", f"parameter '{name}' is declared twice")
+        scope = _Scope(template.get("name"), inputs, workflow_params)
+        for key, value in template.items():
+            if key != "dag":
+                for tag in tags(value):
+                    self.reference(source, f"{where}.{key}", tag, scope)
+        if template.get("dag") is not None:
+            self.dag(source, where, template, scope)
+
+    def dag(self, source: Source, where: str, template: dict, scope: _Scope) -> None:
+        tasks = template["dag"].get("tasks") or []
+        names = [t.get("name") for t in tasks]
+        for name in {n for n in names if names.count(n) > 1}:
+            self.error(source, f"{where}.dag", f"task '{name}' is defined twice")
+        if any(t.get("depends") for t in tasks) and any(t.get("dependencies") for t in tasks):
+            self.error(source, f"{where}.dag", "cannot use both 'depends' and 'dependencies' in one DAG")
+        deps: dict[str, list[str]] = {}
+        targets: dict[str, dict] = {}
+        for task in tasks:
+            at = f"{where}.dag.tasks[{task.get('name')}]"
+            given = [k for k in ("template", "templateRef", "inline") if task.get(k) is not None]
+            if len(given) != 1:
+                self.error(
+                    source,
+                    at,
+                    f"needs exactly one of template, templateRef (has {', '.join(given) or 'none'})",
+                )
+            else:
+                target = resolve_task_template(task, source, self.library)
+                if isinstance(target, str):
+                    self.error(source, f"{at}.{given[0]}", target)
+                else:
+                    targets[task["name"]] = target[0]
+                    self.arguments(source, at, task, target[0])
+            try:
+                deps[task.get("name")] = task_names(task_dependencies(task))
+            except ExpressionError as e:
+                self.error(source, f"{at}.depends", str(e))
+                deps[task.get("name")] = []
+            for dep in deps[task.get("name")]:
+                if dep not in names:
+                    self.error(
+                        source,
+                        f"{at}.depends",
+                        f"unknown task '{dep}' (tasks in this DAG: {', '.join(names)})",
+                    )
+        cycle = _find_cycle({n: [d for d in ds if d in deps] for n, ds in deps.items()})
+        if cycle:
+            self.error(source, f"{where}.dag", f"dependency cycle: {' -> '.join(cycle)}")
+            return
+        for task in tasks:
+            at = f"{where}.dag.tasks[{task.get('name')}]"
+            task_scope = scope.for_task(task, _ancestors(task.get("name"), deps), targets)
+            for key, value in task.items():
+                if key not in ("name", "template", "templateRef", "depends", "dependencies"):
+                    for tag in tags(value):
+                        self.reference(source, f"{at}.{key}", tag, task_scope)
+        for tag in tags(template.get("outputs")):  # DAG outputs may name any of its tasks
+            self.reference(source, f"{where}.outputs", tag, scope.for_task({}, set(names), targets))
+
+    def arguments(self, source: Source, at: str, task: dict, target: dict) -> None:
+        declared = (target.get("inputs") or {}).get("parameters") or []
+        names = [p["name"] for p in declared]
+        passed = parameter_names(task.get("arguments"))
+        for param in (task.get("arguments") or {}).get("parameters") or []:
+            if param["name"] not in names:
+                self.error(
+                    source,
+                    f"{at}.arguments",
+                    f"parameter '{param['name']}' is not an input of template "
+                    f"'{target.get('name')}' (inputs: {', '.join(names) or 'none'})",
+                )
+            if param.get("value") is None and param.get("valueFrom") is None:
+                self.error(source, f"{at}.arguments", f"parameter '{param['name']}' has no value")
+        for name in {n for n in passed if passed.count(n) > 1}:
+            self.error(source, f"{at}.arguments", f"parameter '{name}' is passed twice")
+        for param in declared:
+            if param["name"] not in passed and param.get("value") is None and param.get("default") is None:
+                self.error(
+                    source,
+                    f"{at}.arguments",
+                    f"missing parameter '{param['name']}' required by template '{target.get('name')}'",
+                )
+
+    def reference(self, source: Source, where: str, tag: str, scope: _Scope) -> None:
+        problem = scope.check(tag)
+        if problem:
+            self.error(source, where, f"unresolved '{{{{{tag}}}}}': {problem}")
+
+
+@dataclass
+class _Scope:
+    """What `{{...}}` may name at one place: a template's body, or one DAG task."""
+
+    template: str
+    inputs: list[str]
+    workflow_params: list[str] | None  # None: not known here (a library WorkflowTemplate)
+    task: dict | None = None
+    ancestors: set[str] = field(default_factory=set)
+    targets: dict[str, dict] = field(default_factory=dict)
+
+    def for_task(self, task: dict, ancestors: set[str], targets: dict[str, dict]) -> _Scope:
+        return _Scope(self.template, self.inputs, self.workflow_params, task, ancestors, targets)
+
+    def check(self, tag: str) -> str | None:
+        """None when the tag resolves here, else why not."""
+        if tag.startswith("="):
+            return "expression tags ('{{=...}}') are not supported"
+        if tag in BUILTINS:
+            return None
+        parts = tag.split(".")
+        if tag.startswith("workflow.parameters.") and len(parts) == 3:
+            if self.workflow_params is None or parts[2] in self.workflow_params:
+                return None
+            return (
+                f"workflow parameter '{parts[2]}' is not declared in spec.arguments.parameters "
+                f"(declared: {', '.join(self.workflow_params) or 'none'})"
+            )
+        if tag.startswith("inputs.parameters.") and len(parts) == 3:
+            if parts[2] in self.inputs:
+                return None
+            return (
+                f"template '{self.template}' declares no input '{parts[2]}' "
+                f"(inputs: {', '.join(self.inputs) or 'none'})"
+            )
+        if parts[0] == "item":
+            return self._item(parts[1:]) if self.task is not None else "'item' is only defined in DAG tasks"
+        if (
+            parts[0] == "tasks"
+            and len(parts) == 5
+            and parts[2:4] == ["outputs", "parameters"]
+            and self.task is not None
+        ):
+            return self._task_output(parts[1], parts[4])
+        allowed = (
+            "workflow.parameters.NAME, inputs.parameters.NAME, tasks.TASK.outputs.parameters.NAME, "
+            f"item, item.KEY, {', '.join(BUILTINS)}"
+        )
+        return f"not a supported variable (allowed: {allowed})"
+
+    def _item(self, keys: list[str]) -> str | None:
+        assert self.task is not None
+        if self.task.get("withParam") is None and self.task.get("withItems") is None:
+            name = self.task.get("name")
+            return f"'item' is only defined in a task with withParam or withItems ('{name}' has neither)"
+        items = self.task.get("withItems")
+        if keys and items is not None:
+            missing = [i for i in items if not isinstance(i, dict) or keys[0] not in i]
+            if missing:
+                return f"withItems entry {json.dumps(missing[0])} has no key '{keys[0]}'"
+        return None
+
+    def _task_output(self, task: str, param: str) -> str | None:
+        if task not in self.targets and task not in self.ancestors:
+            return f"no task '{task}' in this DAG"
+        if task not in self.ancestors:
+            return f"task '{task}' is not a dependency (direct or transitive) of '{self.task.get('name')}'"
+        target = self.targets.get(task)
+        if target is None:
+            return None  # its template is unresolved, reported already
+        outputs = parameter_names(target.get("outputs"))
+        if param not in outputs:
+            return (
+                f"template '{target.get('name')}' of task '{task}' declares no output parameter '{param}' "
+                f"(outputs: {', '.join(outputs) or 'none'})"
+            )
+        return None
+
+
+def _ancestors(name: str, deps: dict[str, list[str]]) -> set[str]:
+    found: set[str] = set()
+    stack = list(deps.get(name, []))
+    while stack:
+        dep = stack.pop()
+        if dep not in found:
+            found.add(dep)
+            stack.extend(deps.get(dep, []))
+    return found
+
+
+def _find_cycle(deps: dict[str, list[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in deps.get(node, []):
+            if state.get(dep) == 1:
+                return path[path.index(dep) :] + [dep]
+            if dep not in state and (cycle := visit(dep)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in deps:
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+# --- entry points ---------------------------------------------------------------------------------------
+
+
+def validate_file(path: str | Path, templates_dir: str | Path | None) -> list[str]:
+    """All problems of a workflow file and of the WorkflowTemplates it references ([] when valid)."""
+    path = Path(path)
+    try:
+        library = load_library(templates_dir)
+        docs = load_documents(path)
+    except BadInput as e:
+        return [str(e)]
+    if not docs:
+        return [f"{path}: no YAML documents"]
+    checker = _Checker(library)
+    for doc in docs:
+        name = (doc.get("metadata") or {}).get("name")
+        known = library.get(name) if doc.get("kind") == "WorkflowTemplate" else None
+        # Validating a library file itself: check the library's copy so it is not checked twice.
+        checker.document(
+            known if known is not None and known.path.resolve() == path.resolve() else Source(path, doc)
+        )
+    return checker.errors
+
+
+def validate_or_raise(path: str | Path, templates_dir: str | Path | None) -> None:
+    errors = validate_file(path, templates_dir)
+    if errors:
+        raise ValidationFailed(errors)

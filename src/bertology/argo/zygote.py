@@ -1,0 +1,188 @@
+"""A fork server for the local runner: `python -m MODULE …` steps start from a warm interpreter.
+
+Importing torch and transformers costs ~10 s per process on a small CPU machine, and a study runs
+dozens of steps. The zygote imports them once; for each step it forks, and the child sets the step's
+environment, working directory and argv and runs the module as `__main__`. Each step is still its own
+process with its own exit code, output pipe and signals, exactly as a container would be.
+
+Protocol (one Unix-socket connection per step): the client sends a JSON request and the write end of
+its output pipe (SCM_RIGHTS). The zygote forks a waiter, which forks the step, replies
+`{"pid": …}`, waits, and replies `{"exit": …}`. The zygote itself stays single-threaded and never waits
+(SIGCHLD is ignored, so waiters are reaped by the kernel), which keeps fork safe.
+
+Caveat: variables that libraries read at import time come from the environment the zygote was started
+with (the runner's); variables read at call time (credentials, endpoints) come from the step's env.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+PRELOAD = ("torch", "transformers", "datasets", "polars", "pyarrow.parquet", "sklearn.metrics", "boto3",
+           "bertology.steps.plan", "bertology.steps.prepare_data", "bertology.steps.build_checkpoint",
+           "bertology.steps.finetune", "bertology.steps.evaluate", "bertology.steps.analyze",
+           "bertology.steps.aggregate")
+# Classes transformers resolves lazily; touching them here moves their import cost into the zygote.
+PRELOAD_ATTRS = ("AutoConfig", "AutoTokenizer", "AutoModel", "AutoModelForSequenceClassification", "BertModel")
+
+
+def _send_json(conn: socket.socket, obj: dict) -> None:
+    conn.sendall(json.dumps(obj).encode() + b"\n")
+
+
+# -- server side ----------------------------------------------------------------------------------
+
+def _run_step(request: dict, out_fd: int) -> None:
+    """In the forked step process: become the requested `python -m MODULE ARGS` and never return."""
+    code = 1
+    try:
+        os.setpgid(0, 0)  # own process group: terminate() reaches the step and its children
+        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(out_fd)
+        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        sys.path[0:0] = [request["cwd"]]
+        sys.argv = [request["module"], *request["args"]]
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - report like an uncaught exception in a fresh interpreter
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _serve_one(conn: socket.socket) -> None:
+    """In the waiter process: fork the step, report its pid, wait for it, report its exit code."""
+    msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 1)
+    request = json.loads(msg)
+    pid = os.fork()
+    if pid == 0:
+        conn.close()
+        _run_step(request, fds[0])
+    os.close(fds[0])
+    _send_json(conn, {"pid": pid})
+    _, status = os.waitpid(pid, 0)
+    _send_json(conn, {"exit": os.waitstatus_to_exitcode(status)})
+
+
+def serve(path: str) -> None:
+    for name in PRELOAD:
+        __import__(name)
+    import transformers
+
+    for attr in PRELOAD_ATTRS:
+        getattr(transformers, attr)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # waiters are reaped by the kernel
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(64)
+    print("ready", flush=True)
+    while True:
+        conn, _ = server.accept()
+        if os.fork() == 0:
+            server.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the waiter must be able to wait for its step
+            code = 0
+            try:
+                _serve_one(conn)
+            except BaseException:  # noqa: BLE001
+                code = 1
+            os._exit(code)
+        conn.close()
+
+
+# -- client side ----------------------------------------------------------------------------------
+
+class ZygoteProcess:
+    """The part of `subprocess.Popen` the runner uses: `stdout`, `wait()`, `terminate()`."""
+
+    def __init__(self, conn: socket.socket, stdout):
+        self._conn, self.stdout = conn, stdout
+        self._replies = conn.makefile("r")
+        self.pid = int(json.loads(self._replies.readline())["pid"])
+        self.returncode: int | None = None
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            try:
+                reply = self._replies.readline()
+                # a waiter that died without replying: report it like a killed process
+                self.returncode = int(json.loads(reply)["exit"]) if reply else -9
+            finally:
+                self._replies.close()
+                self._conn.close()
+        return self.returncode
+
+    def terminate(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+class Zygote:
+    """Starts the server in the background at once; `spawn` waits for it to be ready."""
+
+    def __init__(self, project_root: Path):
+        self._dir = tempfile.mkdtemp(prefix="bertology-zygote-")
+        self.path = os.path.join(self._dir, "sock")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(project_root), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        self._server = subprocess.Popen([sys.executable, "-m", "bertology.argo.zygote", self.path],
+                                        cwd=project_root, env=env, stdout=subprocess.PIPE, text=True)
+        self._ready = threading.Event()
+        self._failed = False
+        threading.Thread(target=self._await_ready, daemon=True).start()
+
+    def _await_ready(self) -> None:
+        line = self._server.stdout.readline()  # type: ignore[union-attr]
+        self._failed = line.strip() != "ready"
+        self._ready.set()
+
+    def spawn(self, module: str, args: list[str], env: dict[str, str], cwd: Path) -> ZygoteProcess:
+        self._ready.wait()
+        if self._failed:
+            raise OSError("the zygote failed to start")
+        read_fd, write_fd = os.pipe()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(self.path)
+            request = {"module": module, "args": args, "env": env, "cwd": str(cwd)}
+            socket.send_fds(conn, [json.dumps(request).encode()], [write_fd])
+        finally:
+            os.close(write_fd)
+        return ZygoteProcess(conn, os.fdopen(read_fd, "r", errors="replace"))
+
+    def close(self) -> None:
+        self._server.kill()
+        self._server.wait()
+        Path(self.path).unlink(missing_ok=True)
+        os.rmdir(self._dir)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

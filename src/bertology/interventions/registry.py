@@ -1,0 +1,98 @@
+"""The registry of interventions, and how a chain of them is validated and applied.
+
+Each intervention is a module with a fixed shape (a docstring, DEFAULTS, `check(params, config)` and
+`apply(model, tokenizer, params, generator)`); the registry makes an entry of each. Validation needs only
+the config, so a study is refused before any weights load; application snapshots the model first and
+compares afterwards, so the manifest says exactly which tensors changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+from torch import nn
+from transformers import PretrainedConfig, PreTrainedTokenizerBase
+
+from bertology.errors import BadInput
+from bertology.interventions import manifest, reinit, reverse_layers
+
+Tokenizer = PreTrainedTokenizerBase
+Apply = Callable[[nn.Module, Tokenizer, dict, torch.Generator], tuple[nn.Module, Tokenizer]]
+
+
+@dataclass(frozen=True, eq=False)
+class Intervention:
+    """One registry entry: its name, a one-line doc, the allowed params with their defaults, and its code."""
+
+    name: str
+    doc: str
+    defaults: dict
+    check: Callable[[dict, PretrainedConfig], None]
+    transform: Apply
+
+    @classmethod
+    def from_module(cls, name: str, module: ModuleType) -> Intervention:
+        doc = (module.__doc__ or "").strip().splitlines()[0]
+        return cls(name, doc, dict(module.DEFAULTS), module.check, module.apply)
+
+    def validate(self, params: dict, config: PretrainedConfig) -> dict:
+        """The params with defaults filled in; BadInput for unknown names or bad values."""
+        if not isinstance(params, dict):
+            raise BadInput(f"{self.name} params {params!r} must be a mapping of parameter names to values")
+        unknown = sorted(set(params) - set(self.defaults))
+        if unknown:
+            allowed = ", ".join(sorted(self.defaults)) or "none"
+            raise BadInput(f"{self.name} has no parameter {unknown[0]!r}; allowed: {allowed}")
+        resolved = {**self.defaults, **params}
+        self.check(resolved, config)
+        return resolved
+
+    def apply(
+        self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, params: dict, generator: torch.Generator
+    ) -> tuple[nn.Module, PreTrainedTokenizerBase]:
+        return self.transform(model, tokenizer, self.validate(params, model.config), generator)
+
+
+REGISTRY: dict[str, Intervention] = {
+    entry.name: entry
+    for entry in (
+        Intervention.from_module("reverse-layers", reverse_layers),
+        Intervention.from_module("reinit", reinit),
+    )
+}
+
+
+def validate_chain(chain: list[dict], config: PretrainedConfig) -> list[dict]:
+    """Check a chain against a config (no weights needed); return it with every default filled in.
+
+    The returned form is canonical: `reinit` and `reinit` with `scope: all` come out the same.
+    """
+    if not isinstance(chain, list):
+        raise BadInput(f"intervention chain {chain!r} must be a list of {{name, params}} items")
+    resolved = []
+    for item in chain:
+        if not isinstance(item, dict) or "name" not in item or set(item) - {"name", "params"}:
+            raise BadInput(f"intervention {item!r} must be a mapping with 'name' and optional 'params'")
+        entry = REGISTRY.get(item["name"])
+        if entry is None:
+            raise BadInput(f"intervention {item['name']!r} is unknown; allowed: {', '.join(REGISTRY)}")
+        resolved.append({"name": entry.name, "params": entry.validate(item.get("params") or {}, config)})
+    return resolved
+
+
+def apply_chain(
+    model: nn.Module, tokenizer: PreTrainedTokenizerBase, chain: list[dict], seed: int
+) -> tuple[nn.Module, PreTrainedTokenizerBase, dict]:
+    """Apply the chain in order; one generator seeded with `seed` drives all of its randomness.
+
+    Returns the model, the tokenizer and the manifest (its chain is the validated chain, defaults filled).
+    """
+    resolved = validate_chain(chain, model.config)
+    before, count_before = manifest.snapshot(model), manifest.parameter_count(model)
+    generator = torch.Generator().manual_seed(seed)
+    for item in resolved:
+        model, tokenizer = REGISTRY[item["name"]].transform(model, tokenizer, item["params"], generator)
+    return model, tokenizer, manifest.build_manifest(resolved, seed, before, count_before, model)

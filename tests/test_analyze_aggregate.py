@@ -1,0 +1,83 @@
+"""The analysis and aggregation steps against hand-computed values on small fixtures."""
+
+import math
+
+import polars as pl
+import pyarrow as pa
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from bertology.results.tables import publish, results_key
+from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Intervention, RunSpec
+from bertology.steps.aggregate import aggregate, layout, summarise
+from bertology.steps.analyze import weight_distance
+from bertology.store import open_store
+
+
+def test_weight_distance_per_module_matches_hand_computation(tmp_path):
+    before = {"embeddings.word_embeddings.weight": torch.ones(2, 2),
+              "encoder.layer.0.attention.self.query.weight": torch.zeros(2, 2),
+              "encoder.layer.0.attention.self.query.bias": torch.ones(2),
+              "encoder.layer.1.output.dense.weight": torch.ones(3),
+              "pooler.dense.weight": torch.ones(1)}
+    after = {"bert." + k: v.clone() for k, v in before.items()}
+    after["bert.encoder.layer.0.attention.self.query.weight"] += 3.0   # 4 entries moved by 3 -> l2 = 6
+    after["bert.encoder.layer.1.output.dense.weight"][0] = 5.0          # one entry moved by 4 -> l2 = 4
+    after["classifier.weight"] = torch.ones(2, 2)                       # the task head is not compared
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    save_file(before, tmp_path / "a" / "model.safetensors")
+    save_file(after, tmp_path / "b" / "model.safetensors")
+    rows = {r["module"]: r for r in weight_distance(tmp_path / "a", tmp_path / "b").to_pylist()}
+    assert list(rows) == ["embeddings", "layer.0", "layer.1", "pooler"]
+    assert rows["embeddings"]["l2"] == 0.0 and rows["embeddings"]["layer"] == -1
+    assert rows["layer.0"]["l2"] == pytest.approx(6.0)
+    assert rows["layer.0"]["rel_l2"] == pytest.approx(6.0 / math.sqrt(2.0))  # base norm: the bias of ones
+    assert rows["layer.0"]["n_params"] == 6
+    assert rows["layer.1"]["l2"] == pytest.approx(4.0) and rows["layer.1"]["rel_l2"] == pytest.approx(4 / math.sqrt(3))
+    assert rows["pooler"]["layer"] == 2
+
+
+def _cell(variant, task, seed):
+    chain = () if variant == "pre-trained" else (Intervention("reinit", (("scope", "all"),)),)
+    run = RunSpec(CheckpointSpec("m", chain), DatasetSpec(task, "synthetic", "m"), seed=seed)
+    return Cell("toy", variant, "m", run)
+
+
+def _metrics(value):
+    return pa.Table.from_pylist([{
+        "split": "validation", "metric": "accuracy", "value": value, "primary": True, "best_epoch": 1,
+        "epochs": 1, "num_train": 10, "train_seconds": 1.0, "throughput": 10.0, "device": "cpu",
+        "code_version": "t"}])
+
+
+def test_summary_and_layout_are_mean_sd_n_in_variant_order():
+    runs = pl.DataFrame({"model": ["m"] * 4, "task": ["rte"] * 4, "variant": ["b", "b", "a", "a"],
+                         "split": ["validation"] * 4, "metric": ["accuracy"] * 4, "primary": [True] * 4,
+                         "value": [0.5, 0.7, 0.9, 0.9], "seed": [1, 2, 1, 2]})
+    s = summarise(runs)
+    b = s.filter(pl.col("variant") == "b").row(0, named=True)
+    assert b["mean"] == pytest.approx(0.6) and b["sd"] == pytest.approx(math.sqrt(0.02)) and b["n"] == 2
+    table = layout(s, ["a", "b", "c"], expected_n=3)
+    assert table.columns == ["model", "task", "metric", "a", "b", "c"]
+    assert table.row(0) == ("m", "rte", "accuracy", "0.900 ± 0.000 (n=2 of 3)", "0.600 ± 0.141 (n=2 of 3)", "—")
+
+
+def test_aggregate_reads_the_plan_and_lists_missing_runs(tmp_path, capsys):
+    store = open_store(str(tmp_path))
+    cells = [_cell(v, "rte", s) for v in ("pre-trained", "clean") for s in (1, 2)]
+    store.write_json("studies/toy/abc/plan.json", {
+        "study": "toy", "study_id": "abc", "cells": [c.to_dict() for c in cells],
+        "spec": {"preset": "tiny", "models": ["m"], "seeds": [1, 2], "source": "synthetic", "max_length": 32,
+                 "variants": [{"name": "pre-trained"}, {"name": "clean"}],
+                 "regime": {"name": "full", "lr": 1e-3, "batch_size": 8, "epochs": 1}}})
+    for c, v in zip(cells[:3], [0.8, 0.6, 0.5]):
+        publish(store, "runs", c, _metrics(v))
+    aggregate(store, "toy", "abc")
+    out = capsys.readouterr().out
+    assert "| m | rte | accuracy | 0.700 ± 0.141 (n=2) | 0.500 ± — (n=1 of 2) |" in out
+    assert "Missing runs (1 of 4)" in out and cells[3].run.id in out
+    long = pl.from_arrow(store.read_parquet("studies/toy/abc/tables/main.parquet"))
+    assert long.filter(pl.col("variant") == "pre-trained")["mean"][0] == pytest.approx(0.7)
+    assert store.exists(results_key("runs", "toy", cells[0].run.id))

@@ -1,0 +1,180 @@
+"""Subsets, tokenization, length-grouped batching and dynamic padding."""
+
+from __future__ import annotations
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from transformers import BertTokenizerFast
+
+from bertology.data import (
+    Encoded,
+    collate,
+    eval_batches,
+    length_grouped_batches,
+    subset_indices,
+    tokenize_split,
+)
+from bertology.errors import BadInput
+from bertology.tasks import get_task, load_split
+
+# 70% / 30% labels, so stratification is visible.
+LABELS = np.array([0] * 700 + [1] * 300)
+
+
+# --- subsets ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fraction", [0.01, 0.1, 0.37, 1.0])
+def test_subset_is_stratified(fraction):
+    idx = subset_indices(LABELS, fraction=fraction, seed=0)
+    assert len(idx) == round(fraction * len(LABELS))
+    assert len(np.unique(idx)) == len(idx) and np.all(np.diff(idx) > 0)
+    assert abs((LABELS[idx] == 1).sum() - 0.3 * len(idx)) <= 1
+
+
+def test_subsets_are_nested_and_reproducible():
+    small, medium, full = (subset_indices(LABELS, fraction=f, seed=3) for f in (0.01, 0.1, 1.0))
+    assert set(small) < set(medium) < set(full) == set(range(len(LABELS)))
+    counts = [subset_indices(LABELS, count=c, seed=3) for c in (5, 50, 500)]
+    assert set(counts[0]) < set(counts[1]) < set(counts[2])
+    assert np.array_equal(subset_indices(LABELS, fraction=0.1, seed=3), medium)
+    assert not np.array_equal(subset_indices(LABELS, fraction=0.1, seed=4), medium)
+    # a count and the fraction of the same size pick the same rows
+    assert np.array_equal(subset_indices(LABELS, count=100, seed=3), medium)
+
+
+def test_subset_count_and_all():
+    idx = subset_indices(LABELS, count=37, seed=0)
+    assert len(idx) == 37 and abs((LABELS[idx] == 1).sum() - 0.3 * 37) <= 1
+    assert np.array_equal(subset_indices(LABELS, seed=0), np.arange(len(LABELS)))
+    assert len(subset_indices(LABELS, fraction=0.0001, seed=0)) == 1
+
+
+def test_subset_of_regression_targets_is_stratified_by_decile():
+    targets = np.linspace(0.0, 5.0, 1000) ** 2 / 5.0
+    idx = subset_indices(targets, fraction=0.1, seed=0)
+    assert len(idx) == 100
+    deciles = np.quantile(targets, np.linspace(0, 1, 11))
+    assert np.histogram(targets[idx], bins=deciles)[0].tolist() == [10] * 10
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"fraction": 0.5, "count": 10}, "not both"),
+    ({"fraction": 0.0}, r"fraction must be a number in \(0, 1\], got 0.0"),
+    ({"fraction": 1.5}, "got 1.5"),
+    ({"fraction": "0.5"}, "got '0.5'"),
+    ({"count": 0}, r"count must be an integer in 1..1000 .*got 0"),
+    ({"count": 1001}, "got 1001"),
+    ({"count": 2.5}, "got 2.5"),
+])
+def test_subset_rejects(kwargs, message):
+    with pytest.raises(BadInput, match=message):
+        subset_indices(LABELS, seed=0, **kwargs)
+
+
+# --- tokenization -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "film", "was", "great", "awful", ".", "a",
+             "premise", "hypothesis", "very", "long", "sentence"]
+    return BertTokenizerFast(vocab={w: i for i, w in enumerate(words)})
+
+
+def test_tokenize_single_sentences(tokenizer):
+    task = get_task("sst2")
+    ds = datasets.Dataset.from_dict({"text_a": ["the film was great .", "awful", "very " * 40],
+                                     "label": [1, 0, 1]})
+    table = tokenize_split(ds, task, tokenizer, max_length=16)
+    assert table.column_names == ["idx", "input_ids", "token_type_ids", "label", "length"]
+    assert table.schema.field("input_ids").type == pa.list_(pa.int32())
+    assert table.schema.field("token_type_ids").type == pa.list_(pa.int8())
+    assert table.schema.field("idx").type == pa.int64() and table.schema.field("label").type == pa.int64()
+    assert table.schema.field("length").type == pa.int32()
+    rows = table.to_pylist()
+    assert rows[0]["input_ids"] == [2, 5, 6, 7, 8, 10, 3] and rows[0]["length"] == 7  # no padding
+    assert rows[1]["length"] == 3 and rows[2]["length"] == 16  # truncated to max_length
+    assert [r["idx"] for r in rows] == [0, 1, 2] and [r["label"] for r in rows] == [1, 0, 1]
+    assert all(len(r["input_ids"]) == len(r["token_type_ids"]) == r["length"] for r in rows)
+
+
+def test_encoded_rows_match_the_table_even_when_sliced(tokenizer):
+    task = get_task("sst2")
+    ds = datasets.Dataset.from_dict({"text_a": ["the film", "was great .", "awful", "a very long sentence"],
+                                     "label": [1, 0, 1, 0]})
+    table = tokenize_split(ds, task, tokenizer, max_length=16)
+    for part in (table, table.slice(1, 3), pa.concat_tables([table.slice(0, 2), table.slice(2)])):
+        encoded = Encoded.from_table(part)
+        assert len(encoded) == len(part) and encoded.lengths.tolist() == part.column("length").to_pylist()
+        expected = part.select(["input_ids", "token_type_ids", "label"]).to_pylist()
+        got = [{k: v.tolist() for k, v in row.items()} for row in encoded.rows(range(len(part)))]
+        assert got == expected
+
+
+def test_tokenize_pairs_sets_token_types(tokenizer):
+    task = get_task("rte")
+    ds = datasets.Dataset.from_dict({"text_a": ["a premise"], "text_b": ["a hypothesis"], "label": [0]})
+    row = tokenize_split(ds, task, tokenizer, max_length=32).to_pylist()[0]
+    assert row["input_ids"] == [2, 11, 12, 3, 11, 13, 3]
+    assert row["token_type_ids"] == [0, 0, 0, 0, 1, 1, 1]
+
+
+def test_tokenize_rejects_bad_max_length(tokenizer):
+    task = get_task("sst2")
+    with pytest.raises(BadInput, match="max_length must be an integer >= 2, got 0"):
+        tokenize_split(load_split(task, "synthetic", "validation"), task, tokenizer, max_length=0)
+
+
+# --- batching ---------------------------------------------------------------------------------------------
+
+def test_length_grouped_batches_cover_everything_and_group_lengths():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 120, size=5003)
+    batches = length_grouped_batches(lengths, 16, seed=1, mega_batches=50)
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == list(range(len(lengths)))  # every index exactly once
+    assert all(1 <= len(b) <= 16 for b in batches) and sum(len(b) == 16 for b in batches) >= len(batches) - 7
+    # the biggest batch comes first
+    assert max(len(b) * lengths[b].max() for b in batches) == len(batches[0]) * lengths[batches[0]].max()
+    # near-sorted: within a batch lengths are close, far closer than in a random batch
+    spread = np.mean([lengths[b].max() - lengths[b].min() for b in batches])
+    random_spread = np.mean([np.ptp(lengths[rng.permutation(len(lengths))[:16]]) for _ in range(100)])
+    assert spread < 0.1 * random_spread
+    # padding waste vs. padding each random batch to its max
+    assert sum(len(b) * lengths[b].max() for b in batches) < 1.05 * lengths.sum()
+
+
+def test_length_grouped_batches_seeded():
+    lengths = np.arange(1000) % 37
+    a = length_grouped_batches(lengths, 8, seed=(0, 1))
+    b = length_grouped_batches(lengths, 8, seed=(0, 1))
+    c = length_grouped_batches(lengths, 8, seed=(0, 2))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+
+
+def test_eval_batches_sorted_and_complete():
+    lengths = np.array([3, 9, 1, 7, 7, 2, 8])
+    batches = eval_batches(lengths, 3)
+    assert [len(b) for b in batches] == [3, 3, 1]
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == list(range(7))
+    assert lengths[flat].tolist() == sorted(lengths.tolist(), reverse=True)
+
+
+def test_collate_pads_to_the_longest_in_batch():
+    rows = [{"input_ids": [2, 5, 3], "token_type_ids": [0, 0, 0], "label": 1},
+            {"input_ids": [2, 5, 6, 7, 3], "token_type_ids": [0, 0, 0, 1, 1], "label": 0}]
+    batch = collate(rows, pad_id=0)
+    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels"}
+    assert batch["input_ids"].tolist() == [[2, 5, 3, 0, 0], [2, 5, 6, 7, 3]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 0, 0, 0], [0, 0, 0, 1, 1]]
+    assert batch["labels"].tolist() == [1, 0] and batch["labels"].dtype == torch.int64
+    assert all(t.dtype == torch.int64 for t in batch.values())
+    regression = collate([{"input_ids": np.array([2, 3], dtype=np.int32),
+                           "token_type_ids": np.array([0, 0], dtype=np.int8), "label": np.float32(2.5)}], 0)
+    assert regression["labels"].dtype == torch.float32 and regression["labels"].tolist() == [2.5]
+    assert regression["input_ids"].dtype == torch.int64

@@ -1,0 +1,113 @@
+"""Whole studies through the local runner, as a user runs them: real processes, the real YAML.
+
+`bertology run workflows/<study>.yaml -p preset=tiny` against a local store and against a real S3
+server on loopback; a rerun computes nothing; bad input exits 2 with one line and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import polars as pl
+import pytest
+
+from bertology.results import scan
+
+REPO = Path(__file__).resolve().parent.parent
+
+WORKFLOWS = sorted(p for p in (REPO / "workflows").glob("*.yaml"))
+
+
+def bertology(*args, env, timeout=900):
+    return subprocess.run([sys.executable, "-m", "bertology.cli", *args], check=False, cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.stem)
+def test_every_workflow_runs_end_to_end_with_the_tiny_preset(workflow, tmp_path, subprocess_env):
+    store = tmp_path / "store"
+    done = bertology("run", str(workflow), "-p", "preset=tiny", "--store", str(store), env=subprocess_env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| model | task | metric |" in done.stdout
+    assert (store / "results" / "runs").is_dir()
+
+
+def test_reversed_layers_tiny_results_and_rerun(tmp_path, subprocess_env):
+    store = tmp_path / "store"
+    first = bertology("run", "workflows/reversed-layers.yaml", "-p", "preset=tiny", "--store", str(store),
+                      env=subprocess_env)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "| model | task | metric | pre-trained | reversed | clean |" in first.stdout
+    for task in ("sst2", "rte"):
+        assert f"| tiny:bert | {task} | accuracy |" in first.stdout
+
+    runs = scan(str(store), "runs", study="reversed-layers").collect()
+    primary = runs.filter(pl.col("primary"))
+    assert primary.height == 2 * 3 * 2  # tasks x variants x seeds (the tiny preset's two seeds)
+    assert set(primary["variant"]) == {"pre-trained", "reversed", "clean"}
+    assert primary["schema_version"].unique().to_list() == [1]
+    assert primary["value"].is_between(0, 1).all()
+    curves = scan(str(store), "curves", study="reversed-layers").collect()
+    assert set(curves["epoch"]) == {1, 2}
+    preds = scan(str(store), "predictions", study="reversed-layers").collect()
+    assert preds.height == 12 * 400  # every validation example of every run
+    distance = scan(str(store), "weight_distance", study="reversed-layers").collect()
+    assert set(distance["module"]) == {"embeddings", "layer.0", "layer.1", "layer.2", "layer.3", "pooler"}
+    assert (distance["l2"] > 0).all()  # fine-tuning moved every module
+
+    manifests = {json.loads((p / "manifest.json").read_text())["spec"]["interventions"].__repr__():
+                 json.loads((p / "manifest.json").read_text()) for p in (store / "checkpoints").iterdir()}
+    assert len(manifests) == 3
+    reversed_ = next(m for m in manifests.values() if m["chain"] and m["chain"][0]["name"] == "reverse-layers")
+    changed = {t["name"] for t in reversed_["tensors"] if t["changed"]}
+    assert changed and all(n.startswith("encoder.layer.") for n in changed)
+
+    again = bertology("run", "workflows/reversed-layers.yaml", "-p", "preset=tiny", "--store", str(store),
+                      env=subprocess_env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "12 cells, 0 to run; 0 checkpoints, 0 datasets to make" in again.stdout
+    assert "[cell(" not in again.stdout and "[build-checkpoint(" not in again.stdout  # nothing recomputed
+    assert "| model | task | metric | pre-trained | reversed | clean |" in again.stdout
+
+
+def test_tiny_study_on_s3(s3_server, tmp_path, subprocess_env):
+    bucket = "bertology-e2e"
+    client = boto3.client("s3", endpoint_url=s3_server["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client.create_bucket(Bucket=bucket)
+    env = {**subprocess_env, **s3_server}
+    done = bertology("run", "workflows/reversed-layers.yaml", "-p", "preset=tiny", "-p", 'tasks=["rte"]',
+                     "--store", f"s3://{bucket}/store", env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| tiny:bert | rte | accuracy |" in done.stdout
+    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+            for o in page.get("Contents", [])]
+    assert sum(k.startswith("store/checkpoints/") and k.endswith("_SUCCESS.json") for k in keys) == 3
+    assert sum(k.startswith("store/results/runs/study=reversed-layers/") for k in keys) == 6
+    assert any(k.startswith("store/studies/reversed-layers/") and k.endswith("report.md") for k in keys)
+    assert not any(k.endswith(".tmp") for k in keys)
+
+
+BAD_INPUT = [
+    (["-p", 'tasks=["nope"]'], "unknown task 'nope'"),
+    (["-p", 'variants=[{"name": "x", "interventions": [{"name": "flip-layers"}]}]'], "intervention 'flip-layers' is unknown; allowed: reverse-layers, reinit"),
+    (["-p", "preset=paper", "-p", "source=synthetic", "-p", 'models=["./no/such/model"]'], "no/such/model"),
+    (["-p", "preset"], "malformed -p 'preset'"),
+    (["-p", "lr=fast"], "parameter 'lr' must be a number, got 'fast'"),
+    (["-p", "colour=red"], "colour"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD_INPUT, ids=lambda x: x if isinstance(x, str) else None)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(args, message, tmp_path, subprocess_env):
+    store = tmp_path / "store"
+    done = bertology("run", "workflows/reversed-layers.yaml", *(["-p", "preset=tiny"] if "preset=paper" not in args else []),
+                     *args, "--store", str(store), env=subprocess_env)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if "error: " in line]
+    assert errors and message in errors[-1], done.stderr
+    assert not store.exists() or not any(store.rglob("*")), sorted(store.rglob("*"))

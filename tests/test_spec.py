@@ -1,0 +1,74 @@
+import pytest
+
+from bertology.errors import BadInput
+from bertology.spec import (
+    Cell,
+    CheckpointSpec,
+    DatasetSpec,
+    Intervention,
+    Regime,
+    RunSpec,
+    canonical_json,
+    content_id,
+    parse_json_arg,
+)
+
+
+def test_canonical_json_sorts_keys_and_normalises_integral_floats():
+    assert canonical_json({"b": 1, "a": [3.0, 2e-5]}) == '{"a":[3,2e-05],"b":1}'
+    assert content_id("run", {"x": 3}) == content_id("run", {"x": 3.0})
+
+
+def test_non_finite_numbers_are_refused():
+    with pytest.raises(BadInput, match="non-finite"):
+        canonical_json({"lr": float("nan")})
+
+
+def test_ids_depend_on_content_and_kind_but_not_on_key_order():
+    a = CheckpointSpec.from_dict({"model": "m", "interventions": [{"name": "reinit", "params": {"scope": "all", "std": 0.02}}]})
+    b = CheckpointSpec.from_dict({"interventions": [{"params": {"std": 0.02, "scope": "all"}, "name": "reinit"}], "model": "m"})
+    assert a.id == b.id and len(a.id) == 16
+    assert a.id != CheckpointSpec("m").id
+    assert CheckpointSpec("m", seed=1).id != CheckpointSpec("m", seed=0).id
+
+
+def test_roundtrip_through_json_keeps_the_id():
+    run = RunSpec(CheckpointSpec("tiny:bert", (Intervention("reverse-layers"),)),
+                  DatasetSpec("sst2", "synthetic", "tiny:bert", 32, count=64), Regime(lr=1e-3), seed=2)
+    cell = Cell("s", "reversed", "tiny:bert", run)
+    again = Cell.from_dict(parse_json_arg(canonical_json(cell), "--spec"))
+    assert again == cell and again.run.id == run.id
+    assert cell.labels()["run_id"] == run.id
+
+
+def test_labels_are_not_part_of_the_run_id():
+    run = RunSpec(CheckpointSpec("m"), DatasetSpec("rte", tokenizer="m"))
+    assert Cell("a", "x", "m", run).run.id == Cell("b", "y", "m", run).run.id
+
+
+@pytest.mark.parametrize("payload, message", [
+    ({"model": "m", "colour": 1}, "unknown key 'colour' in checkpoint spec"),
+    ({"interventions": []}, "checkpoint spec is missing 'model'"),
+    ({"model": "m", "seed": -1}, "intervention seed must be >= 0"),
+    ({"model": "m", "interventions": "reinit"}, "interventions must be a list"),
+])
+def test_bad_checkpoint_specs_name_the_problem(payload, message):
+    with pytest.raises(BadInput, match=message):
+        CheckpointSpec.from_dict(payload)
+
+
+def test_bad_dataset_and_regime_values():
+    with pytest.raises(BadInput, match="fraction must be in"):
+        DatasetSpec.from_dict({"task": "rte", "tokenizer": "m", "fraction": 1.5})
+    with pytest.raises(BadInput, match="not both"):
+        DatasetSpec.from_dict({"task": "rte", "tokenizer": "m", "fraction": 0.5, "count": 10})
+    with pytest.raises(BadInput, match="unknown regime 'gradual'"):
+        Regime.from_dict({"name": "gradual"})
+    with pytest.raises(BadInput, match="epochs must be an integer"):
+        Regime.from_dict({"epochs": 2.5})
+
+
+def test_parse_json_arg_is_one_line_and_names_the_argument():
+    with pytest.raises(BadInput) as e:
+        parse_json_arg('{"a": ', "--spec")
+    assert "--spec is not valid JSON" in str(e.value) and "\n" not in str(e.value)

@@ -1,0 +1,59 @@
+import pytest
+
+from bertology.errors import BadInput
+from bertology.study import PRESETS, StudySpec
+
+VARIANTS = ('[{"name": "pre-trained", "interventions": []}, '
+            '{"name": "reversed", "interventions": [{"name": "reverse-layers"}]}]')
+
+
+def test_defaults_are_the_reports_settings():
+    spec, changes = StudySpec.from_params("s", {})
+    assert changes == []
+    assert spec.models == ("google-bert/bert-base-uncased",)
+    assert (spec.regime.lr, spec.regime.batch_size, spec.regime.epochs, spec.max_length) == (2e-5, 32, 3, 128)
+    assert spec.seeds == (1, 2, 3) and spec.source == "hub"
+
+
+def test_params_are_typed_and_empty_means_default():
+    spec, _ = StudySpec.from_params("s", {"lr": "3e-5", "epochs": "2", "tasks": '["rte"]', "seeds": "[7]",
+                                          "variants": VARIANTS, "fraction": "", "count": "100"})
+    assert spec.regime.lr == 3e-5 and spec.regime.epochs == 2 and spec.tasks == ("rte",)
+    assert spec.count == 100 and spec.fraction is None
+    assert [v.name for v in spec.variants] == ["pre-trained", "reversed"]
+
+
+def test_expansion_is_models_x_tasks_x_variants_x_seeds_with_shared_checkpoints_and_datasets():
+    spec, _ = StudySpec.from_params("s", {"tasks": '["sst2", "rte"]', "seeds": "[1, 2]", "variants": VARIANTS})
+    cells = spec.cells()
+    assert len(cells) == 2 * 2 * 2
+    assert len({c.run.id for c in cells}) == 8
+    assert len({c.run.checkpoint.id for c in cells}) == 2  # built once, used by every task and seed
+    assert len({c.run.dataset.id for c in cells}) == 2  # prepared once per task
+    assert spec.id == StudySpec.from_params("s", {"tasks": '["sst2","rte"]', "seeds": "[1,2]",
+                                                  "variants": VARIANTS})[0].id
+
+
+@pytest.mark.parametrize("preset", ["demo", "tiny"])
+def test_presets_override_and_report_what_they_changed(preset):
+    spec, changes = StudySpec.from_params("s", {"preset": preset})
+    assert spec.models == tuple(PRESETS[preset]["models"]) and spec.source == "synthetic"
+    assert any(c.startswith("models: ") for c in changes)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"lr": "fast"}, "parameter 'lr' must be a number, got 'fast'"),
+    ({"epochs": "2.5"}, "parameter 'epochs' must be an integer"),
+    ({"tasks": "sst2"}, "parameter 'tasks' must be a JSON list"),
+    ({"seeds": '["a"]'}, "parameter 'seeds' must be a list of ints"),
+    ({"preset": "huge"}, "unknown preset 'huge' \\(known: paper, demo, tiny\\)"),
+    ({"colour": "red"}, "unknown study parameter 'colour'"),
+    ({"tasks": "[]"}, "study parameter 'tasks' is empty"),
+    ({"seeds": "[1, 1]"}, "seeds must be unique"),
+    ({"variants": '[{"name": "a"}, {"name": "a"}]'}, "variant names must be unique"),
+    ({"variants": '[{"nom": "a"}]'}, "each variant must be"),
+    ({"fraction": "0.1", "count": "5"}, "not both"),
+])
+def test_bad_parameters_are_named(params, message):
+    with pytest.raises(BadInput, match=message):
+        StudySpec.from_params("s", params)

@@ -1,0 +1,149 @@
+"""The fine-tuning loop and evaluation, on a tiny BERT trained from scratch on synthetic SST-2."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+from bertology.data import subset_indices, tokenize_split
+from bertology.errors import BadInput
+from bertology.tasks import get_task, load_split
+from bertology.train import Hyper, evaluate, finetune, load_finetuned
+from bertology.train.loop import param_groups
+
+TASK = get_task("sst2")
+HP = Hyper(lr=2e-3, batch_size=8, epochs=6, eval_batch_size=64)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """A 32-wide model gains nothing from intra-op threads, and on a busy 2-core machine OpenMP threads
+    contending with other processes make it 20x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A 2-layer, 32-wide BERT whose vocabulary is exactly the synthetic data's words, and its splits."""
+    train_ds = load_split(TASK, "synthetic", "train")
+    val_ds = load_split(TASK, "synthetic", "validation")
+    words = sorted({w for text in [*train_ds["text_a"], *val_ds["text_a"]] for w in text.split()})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)})
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    model_dir = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    train = tokenize_split(train_ds.select(subset_indices(train_ds["label"], count=256, seed=0)), TASK,
+                           tokenizer, max_length=32)
+    val = tokenize_split(val_ds.select(subset_indices(val_ds["label"], count=128, seed=0)), TASK, tokenizer,
+                         max_length=32)
+    return model_dir, train, val
+
+
+def run(tiny, out_dir, seed=1, hp=HP, rows=None):
+    model_dir, train, val = tiny
+    train = train if rows is None else train.slice(0, rows)
+    lines = []
+    result = finetune(model_dir, TASK, train, {"validation": val, "train": train}, hp, seed, out_dir,
+                      device="cpu", log=lines.append)
+    return result, lines
+
+
+@pytest.fixture(scope="module")
+def trained(tiny, tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("finetuned")
+    result, lines = run(tiny, out_dir)
+    return result, lines, out_dir
+
+
+def test_finetune_learns_and_reports_curves(trained):
+    result, lines, _ = trained
+    assert [c["epoch"] for c in result.curves] == [1, 2, 3, 4, 5, 6]
+    assert [c["step"] for c in result.curves] == [32, 64, 96, 128, 160, 192]
+    assert set(result.curves[0]) == {"epoch", "step", "train_loss", "lr", "seconds", "validation/accuracy",
+                                     "train/accuracy"}
+    assert result.curves[-1]["train_loss"] < result.curves[0]["train_loss"] - 0.2
+    assert result.curves[-1]["train/accuracy"] > 0.85  # negations and contrasts are hard for 32 wide
+    assert result.curves[-1]["lr"] == 0.0  # the linear schedule ends at zero
+    assert 1 <= result.best_epoch <= 6
+    best = result.curves[result.best_epoch - 1]
+    assert result.best_metrics == {"validation/accuracy": best["validation/accuracy"],
+                                   "train/accuracy": best["train/accuracy"]}
+    assert best["validation/accuracy"] == max(c["validation/accuracy"] for c in result.curves)
+    assert result.num_train == 256 and result.device == "cpu" and result.throughput > 0
+    assert 0 < result.train_seconds < result.wall_seconds
+    assert any("epoch 6/6 step 192/192 loss" in line and "seq/s" in line for line in lines)
+
+
+def test_same_seed_same_result_other_seed_differs(tiny, tmp_path):
+    short = dataclasses.replace(HP, epochs=2)
+    a, b, c = (run(tiny, tmp_path / str(i), seed, short, rows=96)[0] for i, seed in enumerate((7, 7, 8)))
+
+    def without_time(result):
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in result.curves]
+
+    assert without_time(a) == without_time(b)
+    assert without_time(a) != without_time(c)
+
+
+def test_saved_model_reloads_with_best_metrics(tiny, trained):
+    result, _, out_dir = trained
+    _, _, val = tiny
+    assert (out_dir / "model.safetensors").is_file() and (out_dir / "tokenizer_config.json").is_file()
+    model = load_finetuned(out_dir, "cpu")
+    assert not model.training
+    metrics, predictions = evaluate(model, TASK, val, batch_size=64, device="cpu")
+    assert metrics == {"accuracy": result.best_metrics["validation/accuracy"]}
+    assert predictions.column_names == ["idx", "label", "prediction", "score"]
+    assert predictions.column("idx").to_pylist() == list(range(len(val)))
+    assert predictions.column("label").to_pylist() == val.column("label").to_pylist()
+    scores = predictions.column("score").to_numpy()
+    assert np.all((scores >= 0.5) & (scores <= 1.0))
+    accuracy = np.mean(predictions.column("prediction").to_numpy() == predictions.column("label").to_numpy())
+    assert accuracy == pytest.approx(metrics["accuracy"])
+
+
+def test_evaluate_maps_batches_back_to_rows(tiny, trained):
+    _, _, out_dir = trained
+    _, train, _ = tiny
+    model = load_finetuned(out_dir, "cpu")
+    model.train()
+    _, big = evaluate(model, TASK, train, batch_size=1000, device="cpu")
+    _, small = evaluate(model, TASK, train, batch_size=7, device="cpu")
+    assert model.training  # evaluate restores the mode it found
+    assert big.column("prediction").equals(small.column("prediction"))
+    np.testing.assert_allclose(big.column("score").to_numpy(), small.column("score").to_numpy(), atol=1e-5)
+    # and each prediction belongs to its own row: row 5 alone gives the same answer
+    _, one = evaluate(model, TASK, train.slice(5, 1), batch_size=1, device="cpu")
+    assert one.column("prediction")[0].as_py() == big.column("prediction")[5].as_py()
+    assert one.column("idx")[0].as_py() == 5
+
+
+def test_param_groups_exclude_biases_and_layernorm():
+    model = BertForSequenceClassification(BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1,
+                                                     num_attention_heads=2, intermediate_size=16))
+    model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
+    decay, plain = param_groups(model, 0.01)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert decay["weight_decay"] == 0.01 and plain["weight_decay"] == 0.0
+    assert all(names[id(p)].endswith("bias") or "LayerNorm" in names[id(p)] for p in plain["params"])
+    assert all(not names[id(p)].endswith("bias") and "LayerNorm" not in names[id(p)] for p in decay["params"])
+    assert len(decay["params"]) + len(plain["params"]) == sum(p.requires_grad for p in model.parameters())
+
+
+@pytest.mark.parametrize("field,value", [("lr", 0.0), ("batch_size", 0), ("epochs", 1.5),
+                                         ("warmup_ratio", 1.0), ("lr", math.nan)])
+def test_hyper_rejects(field, value):
+    with pytest.raises(BadInput, match=f"{field} must be"):
+        Hyper(**{field: value})
