@@ -97,7 +97,7 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict[str
     steps_per_epoch = math.ceil(len(examples) / hp.batch_size)
     total_steps = steps_per_epoch * hp.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, int(hp.warmup_ratio * total_steps), total_steps)
-    log_every = max(1, steps_per_epoch // 10)
+    log_every = max(1, steps_per_epoch // 4)
     primary = f"{next(iter(evals))}/{task.primary_metric}"
     log(f"finetune {task.name}: {len(examples)} examples, {hp.epochs} epochs x {steps_per_epoch} steps "
         f"on {device}")

@@ -1,0 +1,96 @@
+"""The real workflow YAML in workflows/ is strictly valid, and the validator catches damage to it.
+
+These are the files `argo submit` gets on the cluster and `bertology run` executes here.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bertology.argo.runner import check_supported
+from bertology.argo.validate import Source, effective_spec, load_documents, load_library, validate_file
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOWS = REPO / "workflows"
+TEMPLATES = WORKFLOWS / "templates"
+FILES = sorted([*WORKFLOWS.glob("*.yaml"), *TEMPLATES.glob("*.yaml")])
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_workflow_file_is_strictly_valid(path):
+    assert validate_file(path, TEMPLATES) == []
+
+
+@pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_study_uses_only_what_the_local_runner_supports(path):
+    source = Source(path, load_documents(path)[0])
+    library = load_library(TEMPLATES)
+    spec, templates = effective_spec(source, library)
+    check_supported(source, spec, templates, library)  # raises BadInput naming an unsupported feature
+
+
+def test_gpu_steps_request_a_gpu_and_retry_only_transient_failures():
+    steps = {t["name"]: t for t in load_documents(TEMPLATES / "steps.yaml")[0]["spec"]["templates"]}
+    for name in ("finetune", "evaluate"):
+        assert steps[name]["container"]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    for name, template in steps.items():
+        if "container" in template:
+            retry = template["retryStrategy"]
+            assert retry["expression"] == 'asInt(lastRetry.exitCode) == 75 || lastRetry.status == "Error"', name
+            assert template["container"]["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def _damaged(tmp_path: Path, study: str, change) -> list[str]:
+    """Validate a copy of the real study (and its real template library) after `change` edits it."""
+    templates = tmp_path / "templates"
+    shutil.copytree(TEMPLATES, templates)
+    docs = {"study": load_documents(WORKFLOWS / study)[0],
+            "steps": load_documents(TEMPLATES / "steps.yaml")[0]}
+    change(docs)
+    (tmp_path / study).write_text(yaml.safe_dump(docs["study"], sort_keys=False))
+    (templates / "steps.yaml").write_text(yaml.safe_dump(docs["steps"], sort_keys=False))
+    return validate_file(tmp_path / study, templates) + validate_file(templates / "steps.yaml", templates)
+
+
+def _task(docs, name):
+    return next(t for t in docs["study"]["spec"]["templates"][0]["dag"]["tasks"] if t["name"] == name)
+
+
+def _step(docs, name):
+    return next(t for t in docs["steps"]["spec"]["templates"] if t["name"] == name)
+
+
+DAMAGE = {
+    "unknown key": (lambda d: _step(d, "finetune")["container"].__setitem__("imagePullPolicyy", "Always"),
+                    "imagePullPolicyy"),
+    "wrong type": (lambda d: d["study"]["spec"].__setitem__("parallelism", "many"), "parallelism"),
+    "unquoted quantity": (lambda d: _step(d, "finetune")["container"]["resources"]["limits"].__setitem__(
+        "nvidia.com/gpu", 1), "nvidia.com/gpu"),
+    "dangling templateRef": (lambda d: _task(d, "plan")["templateRef"].__setitem__("template", "plann"), "plann"),
+    "dangling depends": (lambda d: _task(d, "cell").__setitem__("depends", "prepare-data && build"), "build"),
+    "dangling workflow parameter": (lambda d: _task(d, "plan")["arguments"]["parameters"][2].__setitem__(
+        "value", "{{workflow.parameters.presett}}"), "presett"),
+    "dangling output parameter": (lambda d: _task(d, "cell").__setitem__(
+        "withParam", "{{tasks.plan.outputs.parameters.runz}}"), "runz"),
+    "unknown argument": (lambda d: _task(d, "aggregate")["arguments"]["parameters"].append(
+        {"name": "colour", "value": "red"}), "colour"),
+    "dangling local template": (lambda d: _step(d, "cell")["dag"]["tasks"][0].__setitem__("template", "fine"),
+                                "fine"),
+}
+
+
+@pytest.mark.parametrize("kind", DAMAGE)
+def test_damage_to_the_real_workflow_is_caught_by_name(kind, tmp_path):
+    change, needle = DAMAGE[kind]
+    errors = _damaged(tmp_path, "reversed-layers.yaml", lambda d: change(d))
+    assert errors, kind
+    assert any(needle in e for e in errors), errors
+
+
+def test_the_undamaged_copy_is_valid(tmp_path):
+    assert _damaged(tmp_path, "reversed-layers.yaml", lambda d: copy.deepcopy(d)) == []
