@@ -9,7 +9,9 @@ TORCH := torch==2.13.0
 export HF_HUB_OFFLINE ?= 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint images clean
+REGISTRY ?= ghcr.io/bertology
+IMAGE_TAG ?= 0.1.0
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,8 +32,14 @@ test: lint
 
 ## lint: ruff, and strict validation of every Argo YAML
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src jobs tests bench
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/bertology validate workflows/*.yaml workflows/templates/*.yaml
+
+## images: the GPU training image and the CPU image the step library references (needs a container engine)
+images:
+	@docker info >/dev/null 2>&1 || { echo "make images needs a running container engine (docker info failed)"; exit 1; }
+	docker build -f images/train/Dockerfile -t $(REGISTRY)/bertology-train:$(IMAGE_TAG) .
+	docker build -f images/cpu/Dockerfile -t $(REGISTRY)/bertology-cpu:$(IMAGE_TAG) .
 
 clean:
 	rm -rf .bertology

@@ -70,3 +70,20 @@ def test_an_unreachable_store_is_transient_exit_75(monkeypatch, capsys):
     assert code == EXIT_TRANSIENT, capsys.readouterr().err
     assert "will be retried" in capsys.readouterr().err
     assert time.time() - start < 60
+
+
+def test_sigterm_from_a_preempted_pod_is_transient_exit_75(tmp_path, capsys):
+    import os
+    import signal
+
+    def preempted(store, args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler interrupts this
+        raise AssertionError("SIGTERM did not stop the step")
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main("finetune", preempted, ["--store", str(tmp_path)]) == EXIT_TRANSIENT
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert "SIGTERM" in capsys.readouterr().err
