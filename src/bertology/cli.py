@@ -1,12 +1,16 @@
-"""The `bertology` command: run a study's Argo workflow on this machine, and validate workflow YAML.
+"""The `bertology` command: run studies locally, validate workflow YAML, build checkpoints by hand.
 
     bertology run workflows/reversed-layers.yaml -p preset=tiny [--store s3://bucket/prefix]
     bertology validate workflows/*.yaml workflows/templates/*.yaml
+    bertology checkpoint google-bert/bert-base-uncased --apply remove-layers:layers=last:6 --out ./bert-6
+    bertology interventions
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -89,6 +93,81 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def split_params(text: str) -> list[str]:
+    """Split `a=1,b=[1,2],c="x,y"` on the commas that are not inside brackets or quotes."""
+    parts, depth, quote, current = [], 0, "", ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        current += ch
+    return [*parts, current] if current or parts else []
+
+
+def parse_apply(text: str) -> dict:
+    """`NAME[:key=value,...]` -> {"name", "params"}; values are JSON when they parse, else strings."""
+    name, _, rest = text.partition(":")
+    if not name.strip():
+        raise BadInput(f"malformed --apply '{text}' (expected NAME[:key=value,...])")
+    params = {}
+    for pair in split_params(rest):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"malformed parameter '{pair}' in --apply '{text}' (expected key=value)")
+        try:
+            params[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key.strip()] = value
+    return {"name": name.strip(), "params": params}
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    """Build an intervened checkpoint into a directory; nothing is left half-written on failure."""
+    from bertology.spec import CheckpointSpec
+    from bertology.steps.build_checkpoint import make_checkpoint
+    from bertology.steps.harness import quiet_libraries
+
+    quiet_libraries()
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        raise BadInput(f"output directory '{out}' exists and is not empty (choose a new --out)")
+    spec = CheckpointSpec.from_dict({"model": args.base, "interventions": [parse_apply(a) for a in args.apply],
+                                     "seed": args.seed})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        manifest, cpu_seconds = make_checkpoint(spec, staging)
+        if out.exists():
+            out.rmdir()
+        staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    changed = sum(t["changed"] for t in manifest["tensors"])
+    before, after = manifest["parameters"]["before"], manifest["parameters"]["after"]
+    print(f"{out}: {args.base} + {[a['name'] for a in manifest['chain']] or 'nothing'} "
+          f"(checkpoint id {spec.id}); {changed} of {len(manifest['tensors'])} tensors changed; "
+          f"{before:,} -> {after:,} parameters; interventions took {cpu_seconds:.2f} CPU s")
+    return 0
+
+
+def cmd_interventions(args: argparse.Namespace) -> int:
+    from bertology.interventions import REGISTRY
+
+    for name, entry in REGISTRY.items():
+        params = ", ".join(f"{k}={json.dumps(v)}" for k, v in entry.defaults.items()) or "no parameters"
+        print(f"{name:20s} {entry.doc}\n{'':20s} params: {params}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="bertology", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -105,6 +184,15 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("files", nargs="+")
     v.add_argument("--templates", default=None)
     v.set_defaults(fn=cmd_validate)
+    c = sub.add_parser("checkpoint", help="build an intervened checkpoint into a directory")
+    c.add_argument("base", help="hub id, local HF directory, or store URI of a checkpoint")
+    c.add_argument("--apply", action="append", default=[], metavar="NAME[:key=value,...]",
+                   help="an intervention; repeat to chain (applied in order)")
+    c.add_argument("--seed", type=int, default=0, help="intervention seed (default 0)")
+    c.add_argument("--out", required=True, help="output directory (must be new or empty)")
+    c.set_defaults(fn=cmd_checkpoint)
+    i = sub.add_parser("interventions", help="list the intervention registry and its parameters")
+    i.set_defaults(fn=cmd_interventions)
     return p
 
 

@@ -2,20 +2,47 @@
 
 The result, `checkpoints/<checkpoint-id>/`, is a normal HF directory (`from_pretrained` loads it) plus
 `manifest.json`: which tensors changed, their norms before and after, the chain and its seed. It is
-built once and reused by every task and seed.
+built once and reused by every task and seed. `bertology checkpoint` builds the same thing into a
+directory of the user's choosing.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
+from pathlib import Path
 
 from bertology.spec import CheckpointSpec
-from bertology.steps.common import checkpoint_key, local_model_ref
+from bertology.steps.common import checkpoint_key, local_model_ref, model_config
 from bertology.steps.harness import require_spec
 from bertology.store import Store
 
 log = logging.getLogger("bertology")
+
+
+def make_checkpoint(spec: CheckpointSpec, out: Path) -> tuple[dict, float]:
+    """Validate the chain against the base config, then load, intervene and save into `out`.
+
+    Returns the manifest (also written to `out/manifest.json`; deterministic, so a rebuild gives the same
+    bytes) and the CPU seconds the interventions took, loading and saving excluded."""
+    from bertology import models
+    from bertology.interventions import apply_chain, validate_chain
+
+    chain = validate_chain([i.to_dict() for i in spec.interventions], model_config(spec.model))
+    model, tokenizer = models.load_pretrained(local_model_ref(spec.model), seed=spec.seed)
+    start = time.process_time()
+    model, tokenizer, manifest = apply_chain(model, tokenizer, chain, spec.seed)
+    cpu_seconds = time.process_time() - start
+    changed = sum(t["changed"] for t in manifest["tensors"])
+    log.info("checkpoint %s: %s + %s: %d of %d tensors changed, %s -> %s parameters, %.2f CPU s",
+             spec.id, spec.model, [i.name for i in spec.interventions] or "unmodified", changed,
+             len(manifest["tensors"]), f"{manifest['parameters']['before']:,}",
+             f"{manifest['parameters']['after']:,}", cpu_seconds)
+    models.save_checkpoint(model, tokenizer, out)
+    manifest = {"spec": spec.to_dict(), "id": spec.id, **manifest}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return manifest, cpu_seconds
 
 
 def build(store: Store, spec: CheckpointSpec) -> str:
@@ -23,20 +50,8 @@ def build(store: Store, spec: CheckpointSpec) -> str:
     if store.is_done(key):
         log.info("checkpoint %s: cached", spec.id)
         return key
-    from bertology import models
-    from bertology.interventions import apply_chain, validate_chain
-
-    ref = local_model_ref(spec.model)
-    chain = [i.to_dict() for i in spec.interventions]
-    validate_chain(chain, models.load_config(ref))
-    model, tokenizer = models.load_pretrained(ref, seed=spec.seed)
-    model, tokenizer, manifest = apply_chain(model, tokenizer, chain, spec.seed)
-    changed = sum(t["changed"] for t in manifest["tensors"])
-    log.info("checkpoint %s: %s + %s: %d of %d tensors changed", spec.id, spec.model,
-             [i.name for i in spec.interventions] or "unmodified", changed, len(manifest["tensors"]))
     with store.artifact(key, {"spec": spec.to_dict()}) as out:
-        models.save_checkpoint(model, tokenizer, out)
-        (out / "manifest.json").write_text(json.dumps({"spec": spec.to_dict(), **manifest}, indent=2))
+        make_checkpoint(spec, out)
     return key
 
 

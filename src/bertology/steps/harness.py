@@ -41,7 +41,7 @@ class _ArgParser(argparse.ArgumentParser):
         raise BadInput(f"{self.prog}: {message}")
 
 
-def _quiet_libraries() -> None:
+def quiet_libraries() -> None:
     """Our log lines are the progress report; library progress bars and load reports are noise in pod logs."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     import transformers
@@ -51,7 +51,7 @@ def _quiet_libraries() -> None:
 
 
 def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list[str] | None = None) -> int:
-    _quiet_libraries()
+    quiet_libraries()
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
                         format=f"%(asctime)s {step} %(message)s", datefmt="%H:%M:%S")
     signal.signal(signal.SIGTERM, _on_sigterm)
