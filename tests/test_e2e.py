@@ -94,7 +94,7 @@ def test_tiny_study_on_s3(s3_server, tmp_path, subprocess_env):
 
 BAD_INPUT = [
     (["-p", 'tasks=["nope"]'], "unknown task 'nope'"),
-    (["-p", 'variants=[{"name": "x", "interventions": [{"name": "flip-layers"}]}]'], "intervention 'flip-layers' is unknown; allowed: reverse-layers, reinit"),
+    (["-p", 'variants=[{"name": "x", "interventions": [{"name": "flip-layers"}]}]'], "intervention 'flip-layers' is unknown; allowed: reverse-layers, remove-layers, reinit"),
     (["-p", "preset=paper", "-p", "source=synthetic", "-p", 'models=["./no/such/model"]'], "no/such/model"),
     (["-p", "preset"], "malformed -p 'preset'"),
     (["-p", "lr=fast"], "parameter 'lr' must be a number, got 'fast'"),

@@ -64,12 +64,45 @@ def forward(model: torch.nn.Module) -> torch.Tensor:
 # ---------------------------------------------------------------- registry and validation
 
 
+ALL_NAMES = [
+    "reverse-layers",
+    "remove-layers",
+    "reinit",
+    "shuffle-embeddings",
+    "swap-embeddings",
+    "permute-within",
+    "match-moments",
+]
+REINIT_DEFAULTS = {
+    "scope": "all",
+    "std": 0.02,
+    "layers": None,
+    "layer_norms": False,
+    "heads": None,
+    "output_columns": False,
+}
+
+
 def test_registry_entries_have_names_docs_and_defaults():
-    assert set(REGISTRY) == {"reverse-layers", "reinit"}
+    assert list(REGISTRY) == ALL_NAMES
     for name, entry in REGISTRY.items():
-        assert isinstance(entry, Intervention) and entry.name == name and entry.doc
-    assert REGISTRY["reinit"].defaults == {"scope": "all", "std": 0.02}
+        assert isinstance(entry, Intervention) and entry.name == name
+        assert entry.doc.startswith(f"{name}: ") and "\n" not in entry.doc
+        # every parameter the module reads is listed (a CLI prints these), each named in the doc line
+        assert all(param in entry.doc for param in entry.defaults), name
+    assert REGISTRY["reinit"].defaults == REINIT_DEFAULTS
     assert REGISTRY["reverse-layers"].defaults == {}
+    assert REGISTRY["remove-layers"].defaults == {"layers": None}
+    assert REGISTRY["shuffle-embeddings"].defaults == {"english_only": False}
+    assert REGISTRY["swap-embeddings"].defaults == {"donor": None}
+    assert REGISTRY["permute-within"].defaults == {"tensors": ["*"]}
+    assert REGISTRY["match-moments"].defaults == {"match": None, "std": 0.02, "tensors": ["*"]}
+
+
+def test_defaults_are_not_shared_between_validations():
+    first = validate_chain([{"name": "permute-within"}], tiny_config())[0]["params"]
+    first["tensors"].append("x")
+    assert validate_chain([{"name": "permute-within"}], tiny_config())[0]["params"] == {"tensors": ["*"]}
 
 
 def test_validate_chain_fills_defaults():
@@ -78,7 +111,7 @@ def test_validate_chain_fills_defaults():
     )
     assert chain == [
         {"name": "reverse-layers", "params": {}},
-        {"name": "reinit", "params": {"scope": "all", "std": 0.05}},
+        {"name": "reinit", "params": {**REINIT_DEFAULTS, "std": 0.05}},
     ]
     assert validate_chain([], tiny_config()) == []
 
@@ -88,11 +121,11 @@ def test_validate_chain_fills_defaults():
     [
         (
             [{"name": "shuffle-everything"}],
-            "'shuffle-everything' is unknown; allowed: reverse-layers, reinit",
+            "'shuffle-everything' is unknown; allowed: " + ", ".join(ALL_NAMES),
         ),
         (
-            [{"name": "reinit", "params": {"scope": "layers"}}],
-            "reinit scope 'layers' is not supported; allowed: all",
+            [{"name": "reinit", "params": {"scope": "encoder"}}],
+            "reinit scope 'encoder' is not supported; allowed: all, word-embeddings, layers, heads, pooler",
         ),
         ([{"name": "reinit", "params": {"std": -1}}], "reinit std -1"),
         ([{"name": "reinit", "params": {"std": True}}], "reinit std True"),
@@ -100,7 +133,7 @@ def test_validate_chain_fills_defaults():
         ([{"name": "reinit", "params": {"std": float("nan")}}], "reinit std nan"),
         (
             [{"name": "reinit", "params": {"sigma": 0.1}}],
-            "reinit has no parameter 'sigma'; allowed: scope, std",
+            "reinit has no parameter 'sigma'; allowed: heads, layer_norms, layers, output_columns, scope,",
         ),
         ([{"name": "reverse-layers", "params": {"k": 1}}], "no parameter 'k'; allowed: none"),
         ([{"name": "reinit", "params": [1]}], "must be a mapping"),
@@ -294,7 +327,7 @@ def test_chain_reverse_then_reinit_is_the_clean_model_and_the_manifest_is_json()
     assert all(torch.equal(clean[k], v) for k, v in model.state_dict().items())
     assert manifest["chain"] == [
         {"name": "reverse-layers", "params": {}},
-        {"name": "reinit", "params": {"scope": "all", "std": 0.02}},
+        {"name": "reinit", "params": REINIT_DEFAULTS},
     ]
     assert manifest["seed"] == 5
     assert set(manifest["tensors"][0]) == {"name", "shape", "changed", "norm_before", "norm_after"}
@@ -328,3 +361,264 @@ def test_tiny_bert_is_a_clean_model():
             assert torch.equal(tensor, torch.zeros_like(tensor))
         else:
             assert tensor.abs().max() <= 0.04
+
+
+# ---------------------------------------------------------------- shared helpers for the other files
+
+
+def step(name: str, **params) -> dict:
+    return {"name": name, "params": params}
+
+
+def changed_names(manifest: dict) -> set[str]:
+    return {row["name"] for row in manifest["tensors"] if row["changed"]}
+
+
+def assert_identical_except(before: dict, after: dict, changed: set[str]) -> None:
+    """Every tensor outside `changed` is bit-identical; every one inside differs."""
+    for name, old in before.items():
+        new = after.get(name)
+        same = new is not None and old.shape == new.shape and torch.equal(old, new)
+        assert same == (name not in changed), name
+
+
+TINY_VOCAB = [
+    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+    "the", "cat", "dog", "##s", "run", "##ning", "a", "is", "on", "mat", "big", "red", "##ed", "and", "it",
+    "über", "straße", "日本", "##語", "123", "##4", "!", ",", "[unused0]", "café", "naïve", "##é", "x1", "ß",
+    "we", "see", "tree", "blue", "sky", "##ly", "go", "no", "yes", "up", "hat", "sun", "moon", "star", "Zed",
+    "##Q",
+]  # 50 tokens: tiny_config's vocabulary; 5 special, 14 not English-like ("über", "123", "!", …), 31 English
+
+
+def tiny_tokenizer(directory, vocab: list[str] = TINY_VOCAB):
+    from transformers import BertTokenizerFast
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    # transformers 5 reads the vocabulary from `vocab=`; a `vocab_file=` keyword is silently ignored
+    tokenizer = BertTokenizerFast(vocab=str(directory / "vocab.txt"), do_lower_case=False)
+    assert len(tokenizer) == len(vocab)
+    return tokenizer
+
+
+# ---------------------------------------------------------------- remove-layers
+
+
+@pytest.mark.parametrize(
+    "layers, kept",
+    [("last:2", [0, 1, 2]), ("last:4", [0]), ("every:2", [0, 2, 4]), ("every:3", [0, 3]),
+     ("every:5", [0]), ([1, 3], [0, 2, 4]), ([4, 0], [1, 2, 3])],
+)
+def test_remove_layers_keeps_the_right_layers_with_their_weights(layers, kept):
+    model = tiny_model(5)
+    before, originals = state(model), list(encoder_layers(model))
+    model, _, manifest = apply_chain(model, None, [step("remove-layers", layers=layers)], 0)
+    after = model.state_dict()
+    assert model.config.num_hidden_layers == len(kept) == len(encoder_layers(model))
+    assert list(encoder_layers(model)) == [originals[i] for i in kept]  # the same modules, in order
+    for new, old in enumerate(kept):
+        assert layer_tensors(after, new).keys() == layer_tensors(before, old).keys()
+        old_tensors = layer_tensors(before, old)
+        assert all(torch.equal(v, old_tensors[k]) for k, v in layer_tensors(after, new).items())
+    assert [layer.attention.self.layer_idx for layer in encoder_layers(model)] == list(range(len(kept)))
+    # renamed or dropped layer tensors are changed; embeddings, pooler and layers that stayed put are not
+    stayed = {f"encoder.layer.{i}." for i, old in enumerate(kept) if i == old}
+    expected = {k for k in before if k.startswith("encoder.layer.") and not k.startswith(tuple(stayed))}
+    assert changed_names(manifest) == expected
+    assert manifest["parameters"]["after"] < manifest["parameters"]["before"]
+    forward(model)
+
+
+def test_removed_layers_round_trip_through_from_pretrained(tmp_path):
+    model = tiny_model(4)
+    model, tokenizer, _ = apply_chain(model, _NoTokenizer(), [step("remove-layers", layers="every:2")], 0)
+    save_checkpoint(model, tokenizer, tmp_path / "ckpt")
+    reloaded = AutoModel.from_pretrained(tmp_path / "ckpt", use_safetensors=True).eval()
+    assert reloaded.config.num_hidden_layers == 2
+    assert all(torch.equal(v, reloaded.state_dict()[k]) for k, v in model.state_dict().items())
+    assert torch.equal(forward(reloaded), forward(model))
+
+
+# ---------------------------------------------------------------- reinit scopes
+
+
+def assert_clean_values(after: dict, names: set[str], std: float = 0.02) -> None:
+    for name in names:
+        tensor = after[name]
+        if "LayerNorm.weight" in name:
+            assert torch.equal(tensor, torch.ones_like(tensor)), name
+        elif name.endswith(".bias"):
+            assert torch.equal(tensor, torch.zeros_like(tensor)), name
+        else:
+            assert tensor.abs().max() <= 2 * std and tensor.std() > 0.5 * std * TRUNC_STD_FACTOR, name
+
+
+PROJECTIONS = ["attention.self.query", "attention.self.key", "attention.self.value",
+               "attention.output.dense", "intermediate.dense", "output.dense"]
+
+
+@pytest.mark.parametrize(
+    "layers, layer_norms, chosen",
+    [([0, 2], False, [0, 2]), ([2], True, [2]), ("from:1", False, [1, 2]), ("from:0", True, [0, 1, 2])],
+)
+def test_reinit_layers_resets_exactly_the_six_projections(layers, layer_norms, chosen):
+    model = tiny_model(3)
+    before = state(model)
+    params = {"scope": "layers", "layers": layers, "layer_norms": layer_norms}
+    model, _, manifest = apply_chain(model, None, [{"name": "reinit", "params": params}], seed=1)
+    modules = PROJECTIONS + (["attention.output.LayerNorm", "output.LayerNorm"] if layer_norms else [])
+    expected = {f"encoder.layer.{i}.{m}.{t}" for i in chosen for m in modules for t in ("weight", "bias")}
+    assert changed_names(manifest) == expected
+    assert_identical_except(before, model.state_dict(), expected)
+    assert_clean_values(model.state_dict(), expected)
+
+
+def test_reinit_layers_from_k_is_the_same_as_the_list():
+    a = apply_chain(tiny_model(), None, [step("reinit", scope="layers", layers="from:1")], 4)
+    b = apply_chain(tiny_model(), None, [step("reinit", scope="layers", layers=[2, 1])], 4)
+    assert all(torch.equal(v, b[0].state_dict()[k]) for k, v in a[0].state_dict().items())
+
+
+@pytest.mark.parametrize("output_columns", [False, True])
+def test_reinit_heads_changes_only_that_heads_rows(output_columns):
+    model = tiny_model(3)  # hidden 16, 2 heads: head 1 is rows (Q, K, V) / columns (output) 8..15
+    before = state(model)
+    params = {"scope": "heads", "heads": ["1:1"], "output_columns": output_columns}
+    model, _, manifest = apply_chain(model, None, [{"name": "reinit", "params": params}], seed=2)
+    after = model.state_dict()
+    head, rest = slice(8, 16), slice(0, 8)
+    expected = set()
+    for m in PROJECTIONS[:3]:
+        w, b = f"encoder.layer.1.{m}.weight", f"encoder.layer.1.{m}.bias"
+        expected |= {w, b}
+        assert torch.equal(after[w][rest], before[w][rest]) and torch.equal(after[b][rest], before[b][rest])
+        assert (after[w][head] != before[w][head]).all() and after[w][head].abs().max() <= 0.04
+        assert torch.equal(after[b][head], torch.zeros(8))
+    out = "encoder.layer.1.attention.output.dense.weight"
+    if output_columns:
+        expected.add(out)
+        assert torch.equal(after[out][:, rest], before[out][:, rest])
+        assert (after[out][:, head] != before[out][:, head]).all() and after[out][:, head].abs().max() <= 0.04
+    assert changed_names(manifest) == expected
+    assert_identical_except(before, after, expected)
+
+
+def test_reinit_heads_draw_order_does_not_depend_on_the_list_order():
+    def run(heads):
+        chain = [{"name": "reinit", "params": {"scope": "heads", "heads": heads, "output_columns": True}}]
+        return apply_chain(tiny_model(), None, chain, seed=3)[0].state_dict()
+
+    a, b = run(["2:0", "0:1"]), run(["0:1", "2:0"])
+    assert all(torch.equal(v, b[k]) for k, v in a.items())
+
+
+def test_reinit_pooler_and_word_embeddings():
+    model = tiny_model(2)
+    before = state(model)
+    model, _, manifest = apply_chain(model, None, [{"name": "reinit", "params": {"scope": "pooler"}}], 0)
+    assert changed_names(manifest) == {"pooler.dense.weight", "pooler.dense.bias"}
+    assert_clean_values(model.state_dict(), {"pooler.dense.weight", "pooler.dense.bias"})
+    model = tiny_model(2)
+    model, _, manifest = apply_chain(model, None, [step("reinit", scope="word-embeddings")], 0)
+    words = "embeddings.word_embeddings.weight"
+    assert changed_names(manifest) == {words}
+    assert_identical_except(before, model.state_dict(), {words})
+    assert torch.equal(model.state_dict()[words][0], torch.zeros(16))  # [PAD]
+    assert_clean_values({words: model.state_dict()[words][1:]}, {words})
+
+
+def test_reinit_word_embeddings_keeps_a_tied_decoder_tied():
+    model = tiny_model(2, cls=BertForMaskedLM)
+    before = state(model)
+    model, _, manifest = apply_chain(model, None, [step("reinit", scope="word-embeddings")], 0)
+    words = model.bert.embeddings.word_embeddings.weight
+    assert model.cls.predictions.decoder.weight is words
+    tied = {"bert.embeddings.word_embeddings.weight", "cls.predictions.decoder.weight"}
+    assert changed_names(manifest) == tied & set(before)
+    assert_identical_except(before, model.state_dict(), tied & set(before))
+
+
+# ---------------------------------------------------------------- validation against the config
+
+
+@pytest.mark.parametrize(
+    "item, fragment",
+    [
+        (("remove-layers", {}), "remove-layers layers None is not a layer selection; allowed: \"last:K\""),
+        (("remove-layers", {"layers": [3]}), "layer 3 is beyond the model's 3 layers; allowed: indices 0..2"),
+        (("remove-layers", {"layers": [-1]}), "layer -1 is beyond the model's 3 layers"),
+        (("remove-layers", {"layers": "last:3"}), ("K=3 must leave at least one of the model's 3 layers; "
+                                                  "allowed: last:1..last:2")),
+        (("remove-layers", {"layers": "last:0"}), "allowed: last:1..last:2"),
+        (("remove-layers", {"layers": "every:1"}), ("N=1 is not allowed for a model of 3 layers; "
+                                                   "allowed: every:2..every:3")),
+        (("remove-layers", {"layers": "every:4"}), "allowed: every:2..every:3"),
+        (("remove-layers", {"layers": [0, 1, 2]}), "removes all 3 layers"),
+        (("remove-layers", {"layers": [1, 1]}), "names a layer twice"),
+        (("remove-layers", {"layers": [True]}), "must be a non-empty list of layer indices"),
+        (("remove-layers", {"layers": "from:1"}), "'from:1' is not a layer selection"),
+        (("reinit", {"scope": "layers"}), "reinit layers None is not a layer selection"),
+        (("reinit", {"scope": "layers", "layers": [3]}), ("layer 3 is beyond the model's 3 layers; "
+                                                          "allowed: indices 0..2")),
+        (("reinit", {"scope": "layers", "layers": "from:3"}), ("K=3 is outside the model's 3 layers; "
+                                                               "allowed: from:0..from:2")),
+        (("reinit", {"scope": "layers", "layers": "from:7"}), "K=7 is outside the model's 3 layers"),
+        (("reinit", {"scope": "layers", "layers": "last:1"}), "'last:1' is not a layer selection"),
+        (("reinit", {"scope": "layers", "layers": []}), "must be a non-empty list"),
+        (("reinit", {"layers": [0]}), "reinit parameter 'layers' applies only to scope 'layers', not 'all'"),
+        (("reinit", {"scope": "heads", "heads": ["0:0"], "layer_norms": True}), "'layer_norms' applies only"),
+        (("reinit", {"scope": "layers", "layers": [0], "output_columns": True}), "'output_columns' applies"),
+        (("reinit", {"scope": "layers", "layers": [0], "layer_norms": 1}), "reinit layer_norms 1"),
+        (("reinit", {"scope": "heads"}), "reinit heads None is not a head selection"),
+        (("reinit", {"scope": "heads", "heads": ["3:0"]}), "'3:0': layer 3 is beyond the model's 3 layers"),
+        (("reinit", {"scope": "heads", "heads": ["3:0"]}), "layers; allowed: layer 0..2"),
+        (("reinit", {"scope": "heads", "heads": ["0:2"]}), "'0:2': head 2 is beyond the model's 2 heads"),
+        (("reinit", {"scope": "heads", "heads": ["0:2"]}), "heads per layer; allowed: head 0..1"),
+        (("reinit", {"scope": "heads", "heads": ["0-1"]}), "item '0-1' is not a head"),
+        (("reinit", {"scope": "heads", "heads": [[0, 1]]}), "item [0, 1] is not a head"),
+        (("reinit", {"scope": "heads", "heads": ["0:1", "0:1"]}), "names a head twice"),
+        (("shuffle-embeddings", {"english_only": "yes"}), "english_only 'yes' is not allowed"),
+        (("swap-embeddings", {}), "swap-embeddings donor None is required"),
+        (("swap-embeddings", {"donor": "s3://bucket/x"}), "is a store URI"),
+        (("swap-embeddings", {"donor": "tiny:bert"}), ("donor 'tiny:bert' has hidden size 32 but the model "
+                                                      "has 16; allowed: a donor of hidden size 16")),
+        (("swap-embeddings", {"donor": "dir:/nonexistent/x"}), "model directory '/nonexistent/x' not found"),
+        (("permute-within", {"tensors": "all"}), "permute-within tensors 'all' is not allowed"),
+        (("permute-within", {"tensors": ["encoder.layers.*"]}), "glob 'encoder.layers.*' matches no param"),
+        (("match-moments", {}), "match-moments match None is not allowed; allowed: norm, variance"),
+        (("match-moments", {"match": "mean"}), "match-moments match 'mean' is not allowed"),
+        (("match-moments", {"match": "norm", "std": 0}), "match-moments std 0 is not allowed"),
+        (("match-moments", {"match": "norm", "tensors": ["*.bias"]}), "'*.bias' matches no weight matrix"),
+    ],
+)
+def test_parameters_are_validated_against_the_config_in_one_line(item, fragment):
+    name, params = item
+    with pytest.raises(BadInput) as info:
+        validate_chain([{"name": name, "params": params}], tiny_config())
+    assert fragment in str(info.value), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_validation_accepts_the_reports_settings_on_bert_base():
+    base = BertConfig()  # 12 layers, 12 heads
+    chains = [[{"name": "remove-layers", "params": {"layers": "last:6"}}],
+              [{"name": "remove-layers", "params": {"layers": "every:2"}}],
+              [{"name": "reinit", "params": {"scope": "heads", "heads": [f"{layer}:{head}"
+                                             for layer in (0, 1, 10, 11) for head in range(12)]}}],
+              [{"name": "permute-within"}], [{"name": "match-moments", "params": {"match": "variance"}}]]
+    chains += [[{"name": "reinit", "params": {"scope": "layers", "layers": f"from:{k}"}}] for k in range(12)]
+    for chain in chains:
+        validate_chain(chain, base)
+
+
+def test_each_chain_item_is_validated_against_the_config_the_items_before_leave():
+    chain = [step("remove-layers", layers="last:2"), step("reinit", scope="layers", layers=[0])]
+    validate_chain(chain, tiny_config(3))
+    with pytest.raises(BadInput, match=r"layer 1 is beyond the model's 1 layers; allowed: layer 0\.\.0"):
+        validate_chain([chain[0], step("reinit", scope="heads", heads=["1:0"])], tiny_config(3))
+    with pytest.raises(BadInput, match="K=2 must leave at least one of the model's 2 layers"):
+        validate_chain([step("remove-layers", layers=[0]), step("remove-layers", layers="last:2")], tiny_config(3))
+    config = tiny_config(3)
+    validate_chain(chain, config)
+    assert config.num_hidden_layers == 3  # the caller's config is not touched

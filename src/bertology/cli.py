@@ -164,7 +164,8 @@ def cmd_interventions(args: argparse.Namespace) -> int:
 
     for name, entry in REGISTRY.items():
         params = ", ".join(f"{k}={json.dumps(v)}" for k, v in entry.defaults.items()) or "no parameters"
-        print(f"{name:20s} {entry.doc}\n{'':20s} params: {params}")
+        doc = entry.doc.removeprefix(f"{name}: ")
+        print(f"{name:20s} {doc}\n{'':20s} params: {params}")
     return 0
 
 

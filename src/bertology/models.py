@@ -8,6 +8,7 @@ safetensors: a checkpoint is data, never code.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import torch
 from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+from safetensors import safe_open
 from torch import nn
 from transformers import (
     AutoConfig,
@@ -219,6 +221,39 @@ def tiny_bert(seed: int = 0) -> tuple[BertModel, PreTrainedTokenizerFast]:
         model = BertModel(config)
     reinit_all(model, std=config.initializer_range, generator=torch.Generator().manual_seed(seed))
     return model.eval(), load_tokenizer(ModelRef("tiny", "bert"))
+
+
+WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
+
+
+def load_word_embeddings(ref: ModelRef) -> tuple[torch.Tensor, PreTrainedTokenizerFast, PretrainedConfig]:
+    """A donor's word-embedding table, tokenizer and config (swap-embeddings needs nothing else).
+
+    From a local directory or package only that one tensor is read (a BertModel's or a BertFor*'s key,
+    sharded or not); a hub model is loaded whole, through the same path as `load_pretrained`.
+    """
+    if ref.kind in ("hub", "tiny"):
+        model, tokenizer = load_pretrained(ref)
+        return model.get_input_embeddings().weight.detach(), tokenizer, model.config
+    config = load_config(ref)
+    directory = Path(_source(ref))
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+    else:
+        weight_map = {key: file.name for file in directory.glob("*.safetensors") for key in _keys(file)}
+    keys = [key for key in weight_map if key == WORD_EMBEDDINGS or key.endswith("." + WORD_EMBEDDINGS)]
+    if len(keys) != 1:
+        raise BadInput(f"model {str(ref)!r} has {len(keys)} word-embedding tensors (*{WORD_EMBEDDINGS}); "
+                       "expected exactly one")
+    with safe_open(str(directory / weight_map[keys[0]]), framework="pt") as f:
+        weight = f.get_tensor(keys[0])
+    return weight, load_tokenizer(ref), config
+
+
+def _keys(file: Path) -> list[str]:
+    with safe_open(str(file), framework="pt") as f:
+        return list(f.keys())
 
 
 def save_checkpoint(model: nn.Module, tokenizer: PreTrainedTokenizerFast, directory: str | Path) -> Path:

@@ -1,13 +1,16 @@
 """The registry of interventions, and how a chain of them is validated and applied.
 
-Each intervention is a module with a fixed shape (a docstring, DEFAULTS, `check(params, config)` and
-`apply(model, tokenizer, params, generator)`); the registry makes an entry of each. Validation needs only
+Each intervention is a module with a fixed shape (a docstring whose first line names its parameters,
+DEFAULTS listing every parameter with None for a required one, `check(params, config)` and
+`apply(model, tokenizer, params, generator)`, plus `config_after(params, config)` where it changes the
+config, e.g. the depth); the registry makes an entry of each. Validation needs only
 the config, so a study is refused before any weights load; application snapshots the model first and
 compares afterwards, so the manifest says exactly which tensors changed.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -17,7 +20,16 @@ from torch import nn
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from bertology.errors import BadInput
-from bertology.interventions import manifest, reinit, reverse_layers
+from bertology.interventions import (
+    manifest,
+    match_moments,
+    permute_within,
+    reinit,
+    remove_layers,
+    reverse_layers,
+    shuffle_embeddings,
+    swap_embeddings,
+)
 
 Tokenizer = PreTrainedTokenizerBase
 Apply = Callable[[nn.Module, Tokenizer, dict, torch.Generator], tuple[nn.Module, Tokenizer]]
@@ -32,11 +44,13 @@ class Intervention:
     defaults: dict
     check: Callable[[dict, PretrainedConfig], None]
     transform: Apply
+    config_after: Callable[[dict, PretrainedConfig], PretrainedConfig] | None = None
 
     @classmethod
     def from_module(cls, name: str, module: ModuleType) -> Intervention:
         doc = (module.__doc__ or "").strip().splitlines()[0]
-        return cls(name, doc, dict(module.DEFAULTS), module.check, module.apply)
+        defaults = copy.deepcopy(module.DEFAULTS)
+        return cls(name, doc, defaults, module.check, module.apply, getattr(module, "config_after", None))
 
     def validate(self, params: dict, config: PretrainedConfig) -> dict:
         """The params with defaults filled in; BadInput for unknown names or bad values."""
@@ -46,7 +60,7 @@ class Intervention:
         if unknown:
             allowed = ", ".join(sorted(self.defaults)) or "none"
             raise BadInput(f"{self.name} has no parameter {unknown[0]!r}; allowed: {allowed}")
-        resolved = {**self.defaults, **params}
+        resolved = {**copy.deepcopy(self.defaults), **params}
         self.check(resolved, config)
         return resolved
 
@@ -60,7 +74,12 @@ REGISTRY: dict[str, Intervention] = {
     entry.name: entry
     for entry in (
         Intervention.from_module("reverse-layers", reverse_layers),
+        Intervention.from_module("remove-layers", remove_layers),
         Intervention.from_module("reinit", reinit),
+        Intervention.from_module("shuffle-embeddings", shuffle_embeddings),
+        Intervention.from_module("swap-embeddings", swap_embeddings),
+        Intervention.from_module("permute-within", permute_within),
+        Intervention.from_module("match-moments", match_moments),
     )
 }
 
@@ -68,7 +87,9 @@ REGISTRY: dict[str, Intervention] = {
 def validate_chain(chain: list[dict], config: PretrainedConfig) -> list[dict]:
     """Check a chain against a config (no weights needed); return it with every default filled in.
 
-    The returned form is canonical: `reinit` and `reinit` with `scope: all` come out the same.
+    The returned form is canonical: `reinit` and `reinit` with `scope: all` come out the same. Each item
+    is checked against the config as the items before it leave it (after `remove-layers last:6`, a
+    12-layer model has 6 layers to re-initialise).
     """
     if not isinstance(chain, list):
         raise BadInput(f"intervention chain {chain!r} must be a list of {{name, params}} items")
@@ -79,7 +100,10 @@ def validate_chain(chain: list[dict], config: PretrainedConfig) -> list[dict]:
         entry = REGISTRY.get(item["name"])
         if entry is None:
             raise BadInput(f"intervention {item['name']!r} is unknown; allowed: {', '.join(REGISTRY)}")
-        resolved.append({"name": entry.name, "params": entry.validate(item.get("params") or {}, config)})
+        params = entry.validate(item.get("params") or {}, config)
+        resolved.append({"name": entry.name, "params": params})
+        if entry.config_after is not None:
+            config = entry.config_after(params, config)
     return resolved
 
 

@@ -1,40 +1,53 @@
-"""reinit: re-draw weights the way BERT was initialised before pre-training.
+"""reinit: re-draw weights as BERT's init (params: scope, std, layers, layer_norms, heads, output_columns).
 
-With scope `all` this is the papers' "clean" model, the baseline that shows how much of a result is owed
-to pre-training at all: every Linear weight and every embedding (word, position, token type) drawn from
-a normal with mean 0 and std `std` (0.02, BERT's initializer_range) truncated at ±2 std, every bias 0,
-every LayerNorm weight 1 and bias 0. As in Hugging Face's own init, the word embedding's padding_idx row
-is zeroed, so [PAD] starts as the zero vector. The pooler and any task head are included.
+Every re-drawn weight comes from a normal with mean 0 and std `std` (0.02, BERT's initializer_range)
+truncated at ±2 std; biases become 0, LayerNorm weights 1 and biases 0. As in Hugging Face's own init, a
+re-drawn word embedding's padding_idx row is zeroed, so [PAD] starts as the zero vector. Scopes:
+
+- `all`: the reports' "clean" model, the baseline that shows how much of a result is owed to pre-training
+  at all: word, position and token-type embeddings, every LayerNorm, the encoder, the pooler, any task head.
+- `word-embeddings`: the word-embedding table only (a decoder tied to it follows); "clean word embeddings".
+- `layers` (param `layers`: a list of indices or "from:K", 0-based): per layer, the six linear projections
+  Q, K, V, attention output, intermediate and output (partial-reinitialization's list; bert-goes-to-college
+  re-initialises "layers ≥ k", which is `from:k-1`). `layer_norms: true` also resets the layer's two
+  LayerNorms (the reports keep them, so the default does).
+- `heads` (param `heads`: "layer:head" strings, 0-based): that head's rows of the Q, K and V weights and its
+  entries of their biases; `output_columns: true` also re-draws its columns of the attention output
+  projection (the attention output bias and LayerNorm are shared by all heads and stay).
+- `pooler`: the pooler's dense layer.
+
+A scope's own parameters must be given with it and only with it (`layers` with scope `layers`, …); indices
+are checked against the config by `selection`, before any weights load. Draws go layer by layer and head
+by head in ascending order whatever order the list has, so a selection gives the same bytes however written.
 
 The init is written here rather than borrowed from `model._init_weights`: in transformers 5 that skips
 every tensor flagged as loaded from a checkpoint (`_is_hf_initialized`), so on a pre-trained model it
-silently changes nothing, and it draws an untruncated normal from the global RNG. All draws come from
-one CPU generator in float32 and are then copied to the tensor's device and dtype, so a seed gives the
-same weights on CPU and GPU.
-
-Scopes select modules; each selected module is reset as a whole. Further scopes (word-embeddings, layers,
-pooler) are selectors added to SCOPES; heads, which reset slices of tensors, add their own initialiser.
+silently changes nothing, and it draws an untruncated normal from the global RNG.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from bertology.errors import BadInput
+from bertology.interventions import parts, selection
+from bertology.interventions.sampling import trunc_normal_
 
-DEFAULTS: dict = {"scope": "all", "std": 0.02}
-
-
-def _everything(model: nn.Module) -> list[nn.Module]:
-    return list(model.modules())
-
-
-SCOPES: dict[str, Callable[[nn.Module], list[nn.Module]]] = {"all": _everything}
+DEFAULTS: dict = {
+    "scope": "all",
+    "std": 0.02,
+    "layers": None,
+    "layer_norms": False,
+    "heads": None,
+    "output_columns": False,
+}
+SCOPES = ("all", "word-embeddings", "layers", "heads", "pooler")
+# The parameters that belong to one scope, with the value they must keep under any other scope.
+_SCOPE_PARAMS = {"layers": ("layers", "layer_norms"), "heads": ("heads", "output_columns")}
 
 
 def check(params: dict, config: PretrainedConfig) -> None:
@@ -43,19 +56,48 @@ def check(params: dict, config: PretrainedConfig) -> None:
         raise BadInput(f"reinit scope {scope!r} is not supported; allowed: {', '.join(SCOPES)}")
     if isinstance(std, bool) or not isinstance(std, (int, float)) or not math.isfinite(std) or std <= 0:
         raise BadInput(f"reinit std {std!r} is not allowed; allowed: a finite number > 0 (BERT uses 0.02)")
+    for owner, names in _SCOPE_PARAMS.items():
+        for name in names:
+            if scope != owner and params[name] != DEFAULTS[name]:
+                raise BadInput(f"reinit parameter {name!r} applies only to scope {owner!r}, not {scope!r}")
+    for flag in ("layer_norms", "output_columns"):
+        if not isinstance(params[flag], bool):
+            raise BadInput(f"reinit {flag} {params[flag]!r} is not allowed; allowed: true or false")
+    if scope == "layers":
+        selection.layer_indices(params["layers"], config, "reinit layers", ("list", "from"))
+    if scope == "heads":
+        selection.head_indices(params["heads"], config, "reinit heads")
 
 
 def apply(
     model: nn.Module, tokenizer: PreTrainedTokenizerBase, params: dict, generator: torch.Generator
 ) -> tuple[nn.Module, PreTrainedTokenizerBase]:
-    modules = SCOPES[params["scope"]](model)
-    reinit_modules(modules, float(params["std"]), generator)
+    scope, std = params["scope"], float(params["std"])
+    if scope == "heads":
+        heads = selection.head_indices(params["heads"], model.config, "reinit heads")
+        reinit_heads(model, heads, std, params["output_columns"], generator)
+    else:
+        reinit_modules(_modules(model, params), std, generator)
     return model, tokenizer
+
+
+def _modules(model: nn.Module, params: dict) -> list[nn.Module]:
+    scope = params["scope"]
+    if scope == "all":
+        return list(model.modules())
+    if scope == "word-embeddings":
+        return [parts.word_embeddings(model)]
+    if scope == "pooler":
+        return [parts.pooler_dense(model)]
+    names = parts.PROJECTIONS + (parts.LAYER_NORMS if params["layer_norms"] else ())
+    layers = parts.encoder_layers(model)
+    chosen = selection.layer_indices(params["layers"], model.config, "reinit layers", ("list", "from"))
+    return [layers[i].get_submodule(name) for i in chosen for name in names]
 
 
 def reinit_all(model: nn.Module, std: float, generator: torch.Generator) -> nn.Module:
     """Scope `all`: the whole model as if freshly built (used for the clean model and for tiny models)."""
-    reinit_modules(_everything(model), std, generator)
+    reinit_modules(list(model.modules()), std, generator)
     return model
 
 
@@ -73,12 +115,12 @@ def reinit_modules(modules: list[nn.Module], std: float, generator: torch.Genera
     for module in ordered:
         if isinstance(module, nn.Embedding):
             if _first_time(module.weight, done):
-                _trunc_normal_(module.weight, std, generator)
+                trunc_normal_(module.weight, std, generator)
                 if module.padding_idx is not None:
                     module.weight[module.padding_idx].zero_()
         elif isinstance(module, nn.Linear):
             if _first_time(module.weight, done):
-                _trunc_normal_(module.weight, std, generator)
+                trunc_normal_(module.weight, std, generator)
             if module.bias is not None and _first_time(module.bias, done):
                 module.bias.zero_()
         elif isinstance(module, nn.LayerNorm):
@@ -92,14 +134,31 @@ def reinit_modules(modules: list[nn.Module], std: float, generator: torch.Genera
                 raise TypeError(f"reinit does not know how to initialise {type(module).__name__}.{name}")
 
 
+@torch.no_grad()
+def reinit_heads(
+    model: nn.Module,
+    heads: list[tuple[int, int]],
+    std: float,
+    output_columns: bool,
+    generator: torch.Generator,
+) -> None:
+    """Re-draw each (layer, head)'s rows of Q, K and V (their bias entries to 0), optionally its columns of
+    the attention output projection; every other entry of those tensors keeps its bytes."""
+    layers = parts.encoder_layers(model)
+    size = model.config.hidden_size // model.config.num_attention_heads
+    for layer, head in heads:
+        block = slice(head * size, (head + 1) * size)
+        for name in parts.PROJECTIONS[:3]:
+            linear = layers[layer].get_submodule(name)
+            trunc_normal_(linear.weight[block], std, generator)
+            if linear.bias is not None:
+                linear.bias[block].zero_()
+        if output_columns:
+            trunc_normal_(layers[layer].get_submodule(parts.PROJECTIONS[3]).weight[:, block], std, generator)
+
+
 def _first_time(param: torch.Tensor, done: set[int]) -> bool:
     if id(param) in done:
         return False
     done.add(id(param))
     return True
-
-
-def _trunc_normal_(tensor: torch.Tensor, std: float, generator: torch.Generator) -> None:
-    draw = torch.empty(tensor.shape, dtype=torch.float32)
-    nn.init.trunc_normal_(draw, mean=0.0, std=std, a=-2 * std, b=2 * std, generator=generator)
-    tensor.copy_(draw)

@@ -11,6 +11,10 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
+from bertology.interventions.parts import encoder_layers, renumber
+
+__all__ = ["DEFAULTS", "apply", "check", "encoder_layers", "reverse_encoder_layers"]
+
 DEFAULTS: dict = {}
 
 
@@ -24,26 +28,10 @@ def apply(
     return reverse_encoder_layers(model), tokenizer
 
 
-def encoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The encoder's layer list of a BertModel or any BertFor* model (whose body is `model.base_model`)."""
-    body = getattr(model, "base_model", model)
-    layers = getattr(getattr(body, "encoder", None), "layer", None)
-    if not isinstance(layers, nn.ModuleList):
-        raise TypeError(f"{type(model).__name__} has no BERT encoder (expected base_model.encoder.layer)")
-    return layers
-
-
 def reverse_encoder_layers(model: nn.Module) -> nn.Module:
-    """Reverse the encoder's layers in place and return the model.
-
-    Attention modules carry a `layer_idx` (their slot in a key/value cache); it is renumbered so that it
-    keeps naming the module's position, as it would in a freshly built model.
-    """
+    """Reverse the encoder's layers in place (layer_idx renumbered to the new positions); return the model."""
     layers = encoder_layers(model)
-    reordered = list(layers)[::-1]
-    for position, layer in enumerate(reordered):
+    for position, layer in enumerate(list(layers)[::-1]):
         layers[position] = layer
-        for module in layer.modules():
-            if hasattr(module, "layer_idx"):
-                module.layer_idx = position
+    renumber(layers)
     return model
