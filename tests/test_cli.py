@@ -69,3 +69,22 @@ def test_interventions_lists_every_registry_entry_with_its_parameters(capsys):
         assert name in out
         for param in entry.defaults:
             assert f"{param}=" in out
+
+
+def test_checkpoint_from_a_store_uri_shrinks_a_built_checkpoint(tmp_path, capsys):
+    from bertology.spec import CheckpointSpec
+    from bertology.steps.build_checkpoint import build
+    from bertology.store import open_store
+
+    store = open_store(str(tmp_path / "store"))
+    key = build(store, CheckpointSpec("tiny:bert"))
+    out = tmp_path / "two-layers"
+    uri = store.url(key)
+    assert main(["checkpoint", uri, "--apply", "remove-layers:layers=last:2", "--out", str(out)]) == 0
+    assert "-> " in capsys.readouterr().out
+    small = AutoModel.from_pretrained(out).state_dict()
+    base = AutoModel.from_pretrained(store.local_dir(key)).state_dict()
+    assert AutoModel.from_pretrained(out).config.num_hidden_layers == 2
+    for name, tensor in small.items():
+        assert torch.equal(tensor, base[name]), name  # layers 0 and 1 keep their weights
+    assert not any(k.startswith("encoder.layer.2.") for k in small)
