@@ -60,8 +60,8 @@ def test_summary_and_layout_are_mean_sd_n_in_variant_order():
     b = s.filter(pl.col("variant") == "b").row(0, named=True)
     assert b["mean"] == pytest.approx(0.6) and b["sd"] == pytest.approx(math.sqrt(0.02)) and b["n"] == 2
     table = layout(s, ["a", "b", "c"], expected_n=3)
-    assert table.columns == ["model", "task", "metric", "a", "b", "c"]
-    assert table.row(0) == ("m", "rte", "accuracy", "0.900 ± 0.000 (n=2 of 3)", "0.600 ± 0.141 (n=2 of 3)", "—")
+    assert table.columns == ["model", "task", "split", "metric", "a", "b", "c"]
+    assert table.row(0) == ("m", "rte", "validation", "accuracy", "0.900 ± 0.000 (n=2 of 3)", "0.600 ± 0.141 (n=2 of 3)", "—")
 
 
 def test_aggregate_reads_the_plan_and_lists_missing_runs(tmp_path, capsys):
@@ -76,7 +76,7 @@ def test_aggregate_reads_the_plan_and_lists_missing_runs(tmp_path, capsys):
         publish(store, "runs", c, _metrics(v))
     aggregate(store, "toy", "abc")
     out = capsys.readouterr().out
-    assert "| m | rte | accuracy | 0.700 ± 0.141 (n=2) | 0.500 ± — (n=1 of 2) |" in out
+    assert "| m | rte | validation | accuracy | 0.700 ± 0.141 (n=2) | 0.500 ± — (n=1 of 2) |" in out
     assert "Missing runs (1 of 4)" in out and cells[3].run.id in out
     long = pl.from_arrow(store.read_parquet("studies/toy/abc/tables/main.parquet"))
     assert long.filter(pl.col("variant") == "pre-trained")["mean"][0] == pytest.approx(0.7)

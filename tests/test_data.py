@@ -18,7 +18,7 @@ from bertology.data import (
     tokenize_split,
 )
 from bertology.errors import BadInput
-from bertology.tasks import get_task, load_split
+from bertology.tasks import get_task, load_split, synthetic
 
 # 70% / 30% labels, so stratification is visible.
 LABELS = np.array([0] * 700 + [1] * 300)
@@ -178,3 +178,40 @@ def test_collate_pads_to_the_longest_in_batch():
                            "token_type_ids": np.array([0, 0], dtype=np.int8), "label": np.float32(2.5)}], 0)
     assert regression["labels"].dtype == torch.float32 and regression["labels"].tolist() == [2.5]
     assert regression["input_ids"].dtype == torch.int64
+
+
+# --- every task: counts, regression labels through tokenization and batching ----------------------------
+
+@pytest.mark.parametrize("name", synthetic.TASKS)
+def test_count_works_for_every_task(name):
+    """Absolute counts (the partial-reinitialisation report equalises tasks at ~670 examples)."""
+    task = get_task(name)
+    labels = np.asarray(load_split(task, "synthetic", "train")["label"])
+    idx = subset_indices(labels, count=670, seed=2)
+    assert len(idx) == 670 and len(np.unique(idx)) == 670
+    assert set(idx) < set(subset_indices(labels, count=1000, seed=2))  # nested
+    if task.is_regression:  # stratified by decile of the score
+        deciles = np.quantile(labels, np.linspace(0, 1, 11))
+        assert abs(labels[idx].mean() - labels.mean()) < 0.1 and len(np.unique(np.digitize(labels[idx], deciles))) >= 6
+    else:
+        counts = np.bincount(labels[idx], minlength=task.num_labels)
+        assert counts.max() - counts.min() <= 1
+
+
+def test_regression_labels_stay_float_through_tokenize_and_collate(tokenizer):
+    task = get_task("stsb")
+    ds = datasets.Dataset.from_dict({"text_a": ["the film", "a premise"], "text_b": ["the film", "hypothesis"],
+                                     "label": [5.0, 1.25]}, features=datasets.Features({
+                                         "text_a": datasets.Value("string"), "text_b": datasets.Value("string"),
+                                         "label": datasets.Value("float32")}))
+    table = tokenize_split(ds, task, tokenizer, max_length=16)
+    assert table.schema.field("label").type == pa.float32()
+    batch = collate(Encoded.from_table(table).rows([0, 1]), pad_id=0)
+    assert batch["labels"].dtype == torch.float32 and batch["labels"].tolist() == [5.0, 1.25]
+    # whole-number scores are still regression targets: the table's type decides, not the values
+    whole = tokenize_split(ds.map(lambda r: {"label": 3.0}), task, tokenizer, max_length=16)
+    assert collate(Encoded.from_table(whole).rows([0]), pad_id=0)["labels"].dtype == torch.float32
+    mnli = get_task("mnli")
+    three = datasets.Dataset.from_dict({"text_a": ["a", "b", "c"], "text_b": ["a", "b", "c"], "label": [0, 1, 2]})
+    batch = collate(Encoded.from_table(tokenize_split(three, mnli, tokenizer, max_length=8)).rows([0, 1, 2]), 0)
+    assert batch["labels"].dtype == torch.int64 and batch["labels"].tolist() == [0, 1, 2]

@@ -32,7 +32,7 @@ def test_every_workflow_runs_end_to_end_with_the_tiny_preset(workflow, tmp_path,
     store = tmp_path / "store"
     done = bertology("run", str(workflow), "-p", "preset=tiny", "--store", str(store), env=subprocess_env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "| model | task | metric |" in done.stdout
+    assert "| model | task | split | metric |" in done.stdout
     assert (store / "results" / "runs").is_dir()
 
 
@@ -41,20 +41,22 @@ def test_reversed_layers_tiny_results_and_rerun(tmp_path, subprocess_env):
     first = bertology("run", "workflows/reversed-layers.yaml", "-p", "preset=tiny", "--store", str(store),
                       env=subprocess_env)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert "| model | task | metric | pre-trained | reversed | clean |" in first.stdout
-    for task in ("sst2", "rte"):
-        assert f"| tiny:bert | {task} | accuracy |" in first.stdout
+    assert "| model | task | split | metric | pre-trained | reversed | clean |" in first.stdout
+    # the tiny preset keeps the first two of the report's tasks: CoLA (MCC) and MNLI (matched + mismatched)
+    assert "| tiny:bert | cola | validation | matthews_corrcoef |" in first.stdout
+    for split in ("validation_matched", "validation_mismatched"):
+        assert f"| tiny:bert | mnli | {split} | accuracy |" in first.stdout
 
     runs = scan(str(store), "runs", study="reversed-layers").collect()
     primary = runs.filter(pl.col("primary"))
-    assert primary.height == 2 * 3 * 2  # tasks x variants x seeds (the tiny preset's two seeds)
+    assert primary.height == (1 + 2) * 3 * 2  # eval splits (cola 1, mnli 2) x variants x seeds
     assert set(primary["variant"]) == {"pre-trained", "reversed", "clean"}
     assert primary["schema_version"].unique().to_list() == [1]
-    assert primary["value"].is_between(0, 1).all()
+    assert primary["value"].is_between(-1, 1).all()
     curves = scan(str(store), "curves", study="reversed-layers").collect()
     assert set(curves["epoch"]) == {1, 2}
     preds = scan(str(store), "predictions", study="reversed-layers").collect()
-    assert preds.height == 12 * 400  # every validation example of every run
+    assert preds.height == (400 + 2 * 400) * 3 * 2  # every evaluation example of every run
     distance = scan(str(store), "weight_distance", study="reversed-layers").collect()
     assert set(distance["module"]) == {"embeddings", "layer.0", "layer.1", "layer.2", "layer.3", "pooler"}
     assert (distance["l2"] > 0).all()  # fine-tuning moved every module
@@ -71,7 +73,7 @@ def test_reversed_layers_tiny_results_and_rerun(tmp_path, subprocess_env):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "12 cells, 0 to run; 0 checkpoints, 0 datasets to make" in again.stdout
     assert "[cell(" not in again.stdout and "[build-checkpoint(" not in again.stdout  # nothing recomputed
-    assert "| model | task | metric | pre-trained | reversed | clean |" in again.stdout
+    assert "| model | task | split | metric | pre-trained | reversed | clean |" in again.stdout
 
 
 def test_tiny_study_on_s3(s3_server, tmp_path, subprocess_env):
@@ -83,7 +85,7 @@ def test_tiny_study_on_s3(s3_server, tmp_path, subprocess_env):
     done = bertology("run", "workflows/reversed-layers.yaml", "-p", "preset=tiny", "-p", 'tasks=["rte"]',
                      "--store", f"s3://{bucket}/store", env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "| tiny:bert | rte | accuracy |" in done.stdout
+    assert "| tiny:bert | rte | validation | accuracy |" in done.stdout
     keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
             for o in page.get("Contents", [])]
     assert sum(k.startswith("store/checkpoints/") and k.endswith("_SUCCESS.json") for k in keys) == 3

