@@ -147,3 +147,81 @@ def test_param_groups_exclude_biases_and_layernorm():
 def test_hyper_rejects(field, value):
     with pytest.raises(BadInput, match=f"{field} must be"):
         Hyper(**{field: value})
+
+
+class _Killed(Exception):
+    pass
+
+
+class MemorySink:
+    """A StateSink in memory that can 'kill' the run right after its n-th save."""
+
+    def __init__(self, kill_after: int | None = None):
+        self.states: list[bytes] = []
+        self.kill_after = kill_after
+
+    def load(self):
+        from bertology.train.state import from_bytes
+
+        return from_bytes(self.states[-1]) if self.states else None
+
+    def save(self, state):
+        from bertology.train.state import to_bytes
+
+        self.states.append(to_bytes(state))
+        if len(self.states) == self.kill_after:
+            raise _Killed
+
+
+def _weights(out_dir):
+    from safetensors.torch import load_file
+
+    return load_file(out_dir / "model.safetensors")
+
+
+@pytest.mark.parametrize("every, kill_after", [(5, 3), (6, 2)], ids=["mid-epoch", "epoch-end"])
+def test_a_killed_run_resumes_to_the_same_result_bit_for_bit(tiny, tmp_path, every, kill_after):
+    """Killed mid-epoch 2 (after epoch 1's best weights exist), or right at the end of epoch 1 (before its
+    evaluation): the resumed run's curves, best epoch and best weights equal the uninterrupted run's."""
+    model_dir, train, val = tiny
+    hp = dataclasses.replace(HP, epochs=3, checkpoint_every=every)  # 12 steps per epoch on 96 rows
+    train = train.slice(0, 96)
+    evals = {"validation": val}
+    whole = finetune(model_dir, TASK, train, evals, hp, 3, tmp_path / "whole", device="cpu", log=lambda _: None)
+    sink = MemorySink(kill_after=kill_after)
+    with pytest.raises(_Killed):
+        finetune(model_dir, TASK, train, evals, hp, 3, tmp_path / "killed", device="cpu", log=lambda _: None,
+                 state=sink)
+    lines = []
+    resumed = finetune(model_dir, TASK, train, evals, hp, 3, tmp_path / "resumed", device="cpu",
+                       log=lines.append, state=sink)
+    step = every * kill_after
+    assert f"resuming at step {step}/36 (epoch {(step - 1) // 12 + 1}, batch {(step - 1) % 12 + 1})" in lines
+
+    def without_time(result):
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in result.curves]
+
+    assert without_time(resumed) == without_time(whole)
+    assert resumed.best_epoch == whole.best_epoch and resumed.best_metrics == whole.best_metrics
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "resumed")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_state_from_another_configuration_is_ignored(tiny, tmp_path):
+    model_dir, train, val = tiny
+    hp = dataclasses.replace(HP, epochs=1, checkpoint_every=4)
+    sink = MemorySink()
+    finetune(model_dir, TASK, train.slice(0, 32), {"validation": val}, hp, 3, tmp_path / "a", device="cpu",
+             log=lambda _: None, state=sink)
+    lines = []
+    other = dataclasses.replace(hp, lr=1e-3)
+    finetune(model_dir, TASK, train.slice(0, 32), {"validation": val}, other, 3, tmp_path / "b", device="cpu",
+             log=lines.append, state=sink)
+    assert any("made by another configuration" in line for line in lines)
+    assert not any("resuming" in line for line in lines)
+
+
+@pytest.mark.parametrize("field,value", [("checkpoint_every", -1), ("compile", 1)])
+def test_hyper_rejects_bad_execution_settings(field, value):
+    with pytest.raises(BadInput, match=f"{field} must be"):
+        Hyper(**{field: value})

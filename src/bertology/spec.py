@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from bertology.errors import BadInput
 
@@ -71,6 +71,12 @@ def as_int(value: Any, name: str, minimum: int | None = None) -> int:
     value = int(value)
     if minimum is not None and value < minimum:
         raise BadInput(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def as_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise BadInput(f"{name} must be true or false, got {value!r}")
     return value
 
 
@@ -186,8 +192,13 @@ class Regime:
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     eval_batch_size: int = 128
+    checkpoint_every: int = 1000  # steps between resume states; 0: none
+    compile: bool = False  # torch.compile the model (dynamic shapes)
 
     NAMES = ("full",)
+    # How a run executes, not what it computes (like the device): never part of a run id, and left out of
+    # to_dict at their defaults, so every id made before they existed still holds.
+    EXECUTION: ClassVar[dict[str, Any]] = {"checkpoint_every": 1000, "compile": False}
 
     @classmethod
     def from_dict(cls, d: Any) -> Regime:
@@ -204,10 +215,14 @@ class Regime:
             weight_decay=as_float(d.get("weight_decay", 0.01), "weight_decay", 0.0, 1.0),
             max_grad_norm=as_float(d.get("max_grad_norm", 1.0), "max_grad_norm", 0.0, 1e6, low_open=True),
             eval_batch_size=as_int(d.get("eval_batch_size", 128), "eval_batch_size", 1),
+            checkpoint_every=as_int(d.get("checkpoint_every", 1000), "checkpoint_every", 0),
+            compile=as_bool(d.get("compile", False), "compile"),
         )
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    def to_dict(self, *, execution: bool = True) -> dict:
+        d = dataclasses.asdict(self)
+        return {k: v for k, v in d.items()
+                if k not in self.EXECUTION or (execution and v != self.EXECUTION[k])}
 
 
 @dataclass(frozen=True)
@@ -227,13 +242,13 @@ class RunSpec:
                    Regime.from_dict(d.get("regime", {})),
                    as_int(d.get("seed", 1), "seed", 0))
 
-    def to_dict(self) -> dict:
+    def to_dict(self, *, execution: bool = True) -> dict:
         return {"checkpoint": self.checkpoint.to_dict(), "dataset": self.dataset.to_dict(),
-                "regime": self.regime.to_dict(), "seed": self.seed}
+                "regime": self.regime.to_dict(execution=execution), "seed": self.seed}
 
     @property
     def id(self) -> str:
-        return content_id("run", self)
+        return content_id("run", self.to_dict(execution=False))
 
 
 @dataclass(frozen=True)

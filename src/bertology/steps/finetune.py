@@ -1,7 +1,12 @@
 """finetune: train one cell's checkpoint on its dataset; keep the best epoch's weights and the curves.
 
 Writes `runs/<run-id>/finetune/{model/, curves.parquet, result.json}` and publishes the curves to
-`results/curves/study=<study>/`.
+`results/curves/study=<study>/`. While it trains, the resume state lives in `runs/<run-id>/finetune-state/`
+(two slots, see bertology.train.state): a killed or preempted run started again goes on from there and
+ends with the same result; the state is deleted once the run is published.
+
+`--spec` is one cell or a JSON list of cells (a bundle), run in order in one process so that start-up and
+imports are paid once; each cell is still its own idempotent, published artifact.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import logging
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bertology.errors import BadInput
 from bertology.results.tables import publish
 from bertology.spec import Cell
 from bertology.steps.common import checkpoint_key, dataset_key, run_key
@@ -37,12 +43,16 @@ def curves_table(curves: list[dict]) -> pa.Table:
 def finetune(store: Store, cell: Cell) -> str:
     run = cell.run
     key = run_key(run.id, "finetune")
-    if store.is_done(key):
+    state_key = run_key(run.id, "finetune-state")
+    if store.is_done(key):  # a finished run is never resumed
         log.info("run %s: finetune cached", run.id)
+        if store.list(state_key):  # killed after publishing, before the state was deleted
+            store.delete_prefix(state_key)
     else:
         from bertology import tasks
         from bertology.train import Hyper
         from bertology.train import finetune as train
+        from bertology.train.state import StoreSlots
 
         task = tasks.get_task(run.dataset.task)
         ckpt_dir = store.local_dir(checkpoint_key(run.checkpoint.id))
@@ -51,19 +61,36 @@ def finetune(store: Store, cell: Cell) -> str:
         evals = {s: pq.read_table(data_dir / f"{s}.parquet") for s in task.eval_splits}
         r = run.regime
         hp = Hyper(lr=r.lr, batch_size=r.batch_size, epochs=r.epochs, warmup_ratio=r.warmup_ratio,
-                   weight_decay=r.weight_decay, max_grad_norm=r.max_grad_norm, eval_batch_size=r.eval_batch_size)
+                   weight_decay=r.weight_decay, max_grad_norm=r.max_grad_norm, eval_batch_size=r.eval_batch_size,
+                   checkpoint_every=r.checkpoint_every, compile=r.compile)
+        state = StoreSlots(store, state_key, log=log.info)
         log.info("run %s: %s %s on %s, seed %d (%d training examples)", run.id, cell.variant, cell.model,
                  task.name, run.seed, train_table.num_rows)
         with store.artifact(key, {"spec": run.to_dict()}) as out:
-            result = train(ckpt_dir, task, train_table, evals, hp, run.seed, out / "model", log=log.info)
+            result = train(ckpt_dir, task, train_table, evals, hp, run.seed, out / "model", log=log.info,
+                           state=state)
             pq.write_table(curves_table(result.curves), out / "curves.parquet")
             (out / "result.json").write_text(json.dumps({
                 "best_epoch": result.best_epoch, "best_metrics": result.best_metrics,
                 "wall_seconds": result.wall_seconds, "device": result.device, "num_train": result.num_train,
                 "throughput": result.throughput, "epochs": r.epochs}, indent=2))
+        state.clear()
     publish(store, "curves", cell, store.read_parquet(f"{key}/curves.parquet"))
     return key
 
 
+def cells(spec) -> list[Cell]:
+    """One cell, or a non-empty list of them; every cell is checked before any runs."""
+    if isinstance(spec, list):
+        if not spec:
+            raise BadInput("finetune --spec is an empty list (give a cell or a list of cells)")
+        return [Cell.from_dict(c) for c in spec]
+    return [Cell.from_dict(spec)]
+
+
 def run(store: Store, args) -> None:
-    finetune(store, Cell.from_dict(require_spec(args, "finetune")))
+    bundle = cells(require_spec(args, "finetune"))
+    for i, cell in enumerate(bundle, 1):
+        if len(bundle) > 1:
+            log.info("bundle: cell %d of %d (run %s)", i, len(bundle), cell.run.id)
+        finetune(store, cell)
