@@ -87,3 +87,14 @@ def test_sigterm_from_a_preempted_pod_is_transient_exit_75(tmp_path, capsys):
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert "SIGTERM" in capsys.readouterr().err
+
+
+def test_plan_refuses_a_regime_layer_beyond_the_depth_a_chain_leaves(tmp_path, capsys):
+    from bertology.steps import plan
+
+    variants = json.dumps([{"name": "half", "interventions": [{"name": "remove-layers", "params": {"layers": "last:2"}}]}])
+    argv = ["--store", str(tmp_path), "--study", "s", "--outputs", str(tmp_path / "out"), "--param", "preset=tiny",
+            "--param", f"variants={variants}", "--param", "regime=freeze", "--param", "train_layers=[3]"]
+    assert main("plan", plan.run, argv) == EXIT_BAD_INPUT  # tiny:bert has 4 layers, 2 after the chain
+    assert "layer indices in 0..1" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -72,3 +72,15 @@ def test_parse_json_arg_is_one_line_and_names_the_argument():
     with pytest.raises(BadInput) as e:
         parse_json_arg('{"a": ', "--spec")
     assert "--spec is not valid JSON" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_regime_schedule_is_part_of_the_run_id_and_roundtrips():
+    ds = DatasetSpec("rte", tokenizer="m")
+    full = RunSpec(CheckpointSpec("m"), ds, Regime())
+    frozen = RunSpec(CheckpointSpec("m"), ds, Regime.from_dict({"name": "freeze", "train_layers": [10, 11]}))
+    gradual = RunSpec(CheckpointSpec("m"), ds, Regime.from_dict({"name": "gradual-unfreeze", "unfreeze_per_epoch": 2}))
+    assert len({full.id, frozen.id, gradual.id}) == 3
+    assert "train_layers" not in full.to_dict()["regime"]
+    assert RunSpec.from_dict(frozen.to_dict()) == frozen and frozen.regime.train_layers == (10, 11)
+    with pytest.raises(BadInput, match="train_layers must be"):
+        Regime.from_dict({"name": "freeze", "train_layers": 3})

@@ -65,3 +65,13 @@ def test_the_tiny_preset_keeps_the_first_two_tasks_and_says_so():
     assert any(c.startswith("tasks: ") and "(first 2)" in c for c in changes)
     assert StudySpec.from_params("s", {"preset": "tiny", "tasks": '["rte"]'})[0].tasks == ("rte",)
     assert len(StudySpec.from_params("s", {})[0].tasks) == 9  # the report's nine GLUE tasks
+
+
+def test_regime_parameters_reach_every_run():
+    spec, _ = StudySpec.from_params("s", {"regime": "freeze", "train_layers": "from:6"})
+    assert {c.run.regime.name for c in spec.cells()} == {"freeze"}
+    assert spec.regime.train_layers == "from:6"
+    assert StudySpec.from_params("s", {"regime": "freeze", "train_layers": "[10, 11]"})[0].regime.train_layers == (10, 11)
+    assert StudySpec.from_params("s", {"regime": "gradual-unfreeze"})[0].regime.unfreeze_per_epoch == 4
+    with pytest.raises(BadInput, match="unknown regime 'distill'"):
+        StudySpec.from_params("s", {"regime": "distill"})

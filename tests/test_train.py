@@ -15,6 +15,7 @@ from bertology.errors import BadInput
 from bertology.tasks import get_task, load_split
 from bertology.train import Hyper, evaluate, finetune, load_finetuned
 from bertology.train.loop import param_groups
+from bertology.train.regimes import Schedule
 
 TASK = get_task("sst2")
 HP = Hyper(lr=2e-3, batch_size=8, epochs=6, eval_batch_size=64)
@@ -130,7 +131,7 @@ def test_evaluate_maps_batches_back_to_rows(tiny, trained):
     assert one.column("idx")[0].as_py() == 5
 
 
-def test_param_groups_exclude_biases_and_layernorm():
+def test_param_groups_exclude_biases_and_layernorm_from_decay_and_hold_every_parameter():
     model = BertForSequenceClassification(BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1,
                                                      num_attention_heads=2, intermediate_size=16))
     model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
@@ -139,7 +140,8 @@ def test_param_groups_exclude_biases_and_layernorm():
     assert decay["weight_decay"] == 0.01 and plain["weight_decay"] == 0.0
     assert all(names[id(p)].endswith("bias") or "LayerNorm" in names[id(p)] for p in plain["params"])
     assert all(not names[id(p)].endswith("bias") and "LayerNorm" not in names[id(p)] for p in decay["params"])
-    assert len(decay["params"]) + len(plain["params"]) == sum(p.requires_grad for p in model.parameters())
+    # frozen parameters are in a group too: a regime may unfreeze them later; without a gradient AdamW skips them
+    assert len(decay["params"]) + len(plain["params"]) == len(list(model.parameters()))
 
 
 @pytest.mark.parametrize("field,value", [("lr", 0.0), ("batch_size", 0), ("epochs", 1.5),
@@ -225,3 +227,25 @@ def test_a_state_from_another_configuration_is_ignored(tiny, tmp_path):
 def test_hyper_rejects_bad_execution_settings(field, value):
     with pytest.raises(BadInput, match=f"{field} must be"):
         Hyper(**{field: value})
+
+
+@pytest.mark.parametrize("schedule, moved", [
+    (Schedule("freeze", train_layers=(1,)), {"bert.encoder.layer.1.", "bert.pooler.", "classifier."}),
+    (Schedule("probe"), {"classifier."}),
+    # (the saved weights are the best epoch's, so open every layer in epoch 1; embeddings never train)
+    (Schedule("gradual-unfreeze", unfreeze_per_epoch=2), {"bert.encoder.layer.1.", "bert.encoder.layer.0.",
+                                                          "bert.pooler.", "classifier."}),
+])
+def test_a_regime_trains_exactly_its_parameters_through_the_loop(tiny, tmp_path, schedule, moved):
+    from safetensors.torch import load_file
+
+    model_dir = tiny[0]
+    hp = dataclasses.replace(HP, epochs=2, schedule=schedule)
+    run(tiny, tmp_path / "out", hp=hp)
+    before = load_file(model_dir / "model.safetensors")
+    after = _weights(tmp_path / "out")
+    for name, tensor in after.items():
+        if name.startswith("classifier.") or name not in before:
+            continue  # the head is new (drawn from the training seed)
+        changed = not torch.equal(tensor, before[name])
+        assert changed == name.startswith(tuple(moved)), name

@@ -182,7 +182,7 @@ class DatasetSpec:
 
 @dataclass(frozen=True)
 class Regime:
-    """How to fine-tune. Only `full` exists so far; the others of DESIGN §6 slot in by name."""
+    """How to fine-tune: the optimisation settings and which parameters train (bertology.train.regimes)."""
 
     name: str = "full"
     lr: float = 2e-5
@@ -194,8 +194,14 @@ class Regime:
     eval_batch_size: int = 128
     checkpoint_every: int = 1000  # steps between resume states; 0: none
     compile: bool = False  # torch.compile the model (dynamic shapes)
+    train_layers: str | tuple[int, ...] | None = None  # freeze: from:K, last:K or a list
+    train_embeddings: bool = False  # freeze: also train the embeddings
+    unfreeze_per_epoch: int = 4  # gradual-unfreeze: layers opened from the top per epoch
 
-    NAMES = ("full",)
+    NAMES = ("full", "freeze", "gradual-unfreeze", "probe")
+    # The schedule's settings are part of the id, but left out at their defaults, so that ids made
+    # before they existed (all `full`) still hold.
+    SCHEDULE: ClassVar[dict[str, Any]] = {"train_layers": None, "train_embeddings": False, "unfreeze_per_epoch": 4}
     # How a run executes, not what it computes (like the device): never part of a run id, and left out of
     # to_dict at their defaults, so every id made before they existed still holds.
     EXECUTION: ClassVar[dict[str, Any]] = {"checkpoint_every": 1000, "compile": False}
@@ -217,12 +223,27 @@ class Regime:
             eval_batch_size=as_int(d.get("eval_batch_size", 128), "eval_batch_size", 1),
             checkpoint_every=as_int(d.get("checkpoint_every", 1000), "checkpoint_every", 0),
             compile=as_bool(d.get("compile", False), "compile"),
+            train_layers=_layers(d.get("train_layers")),
+            train_embeddings=as_bool(d.get("train_embeddings", False), "train_embeddings"),
+            unfreeze_per_epoch=as_int(d.get("unfreeze_per_epoch", 4), "unfreeze_per_epoch", 1),
         )
 
     def to_dict(self, *, execution: bool = True) -> dict:
         d = dataclasses.asdict(self)
+        if isinstance(d["train_layers"], tuple):
+            d["train_layers"] = list(d["train_layers"])
         return {k: v for k, v in d.items()
-                if k not in self.EXECUTION or (execution and v != self.EXECUTION[k])}
+                if (k not in self.EXECUTION or (execution and v != self.EXECUTION[k]))
+                and (k not in self.SCHEDULE or v != self.SCHEDULE[k])}
+
+
+def _layers(value: Any) -> str | tuple[int, ...] | None:
+    """train_layers: None, `from:K` / `last:K`, or a list of layer indices (checked against depth later)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    raise BadInput(f"train_layers must be from:K, last:K or a list of layer indices, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,9 @@ PARAMS: dict[str, tuple[str, str]] = {
     "fraction": ("optional-float", ""),
     "count": ("optional-int", ""),
     "subset_seed": ("int", "0"),
+    "regime": ("str", "full"),
+    "train_layers": ("optional-layers", ""),
+    "unfreeze_per_epoch": ("int", "4"),
     "intervention_seed": ("int", "0"),
 }
 
@@ -102,8 +105,8 @@ class StudySpec:
             if len(values[key]) > limit:
                 changes.append(f"{key}: {_show(values[key])} -> {_show(values[key][:limit])} (first {limit})")
                 values[key] = values[key][:limit]
-        regime = Regime.from_dict({k: values[k] for k in
-                                   ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay")})
+        regime = Regime.from_dict({"name": values["regime"], **{k: values[k] for k in (
+            "lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch")}})
         spec = cls(name=name, preset=preset, models=tuple(dict.fromkeys(values["models"])),
                    variants=values["variants"], tasks=tuple(dict.fromkeys(values["tasks"])),
                    source=values["source"], seeds=tuple(values["seeds"]), regime=regime,
@@ -155,6 +158,14 @@ def _show(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
 def _typed(name: str, text: str) -> Any:
     """One raw parameter string to its typed value, with a one-line error naming the parameter."""
     kind = PARAMS[name][0]
@@ -167,6 +178,8 @@ def _typed(name: str, text: str) -> Any:
         if text.lower() in ("", "null", "none"):
             return None
         kind = kind[len("optional-"):]
+    if kind == "layers":  # from:K, last:K or a JSON list of layer indices
+        return json.loads(text) if text.startswith("[") and _is_json(text) else text
     try:
         value = json.loads(text)
     except json.JSONDecodeError:

@@ -1,5 +1,5 @@
 """Model surgery on BERT checkpoints: a registry of small, pure interventions that chain (DESIGN.md §5)."""
 
-from bertology.interventions.registry import REGISTRY, Intervention, apply_chain, validate_chain
+from bertology.interventions.registry import REGISTRY, Intervention, apply_chain, chain_config, validate_chain
 
-__all__ = ["REGISTRY", "Intervention", "apply_chain", "validate_chain"]
+__all__ = ["REGISTRY", "Intervention", "apply_chain", "chain_config", "validate_chain"]

@@ -107,6 +107,16 @@ def validate_chain(chain: list[dict], config: PretrainedConfig) -> list[dict]:
     return resolved
 
 
+def chain_config(chain: list[dict], config: PretrainedConfig) -> PretrainedConfig:
+    """The config a validated chain leaves behind (remove-layers changes the depth): what the
+    fine-tuning regime is checked against."""
+    for item in chain:
+        entry = REGISTRY[item["name"]]
+        if entry.config_after is not None:
+            config = entry.config_after(item["params"], config)
+    return config
+
+
 def apply_chain(
     model: nn.Module, tokenizer: PreTrainedTokenizerBase, chain: list[dict], seed: int
 ) -> tuple[nn.Module, PreTrainedTokenizerBase, dict]:

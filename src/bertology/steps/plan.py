@@ -15,12 +15,13 @@ from pathlib import Path
 
 from bertology import tasks
 from bertology.errors import BadInput
-from bertology.interventions import validate_chain
+from bertology.interventions import chain_config, validate_chain
 from bertology.results.tables import results_key
 from bertology.spec import Intervention, canonical_json
 from bertology.steps.common import model_config
 from bertology.store import Store
 from bertology.study import StudySpec, Variant
+from bertology.train.regimes import Schedule
 
 log = logging.getLogger("bertology")
 
@@ -39,7 +40,8 @@ def parse_params(pairs: list[str]) -> dict[str, str]:
 
 
 def validate(spec: StudySpec) -> StudySpec:
-    """Cheap checks that need no weights: names, sources, and each chain against each model's config.
+    """Cheap checks that need no weights: names, sources, each chain against each model's config, and
+    the regime's layers against the depth each chain leaves.
 
     Returns the spec with every intervention's defaults filled in, so that `reinit` and
     `reinit {scope: all}` are one checkpoint with one id.
@@ -47,10 +49,13 @@ def validate(spec: StudySpec) -> StudySpec:
     for task in spec.tasks:
         tasks.check_source(tasks.get_task(task), spec.source)
     variants = list(spec.variants)
+    r = spec.regime
+    schedule = Schedule(r.name, r.train_layers, r.train_embeddings, r.unfreeze_per_epoch)
     for model in spec.models:
         config = model_config(model)
         for i, variant in enumerate(spec.variants):
             chain = validate_chain([step.to_dict() for step in variant.interventions], config)
+            schedule.check(chain_config(chain, config).num_hidden_layers)
             variants[i] = Variant(variant.name, tuple(Intervention.from_dict(step) for step in chain))
     return dataclasses.replace(spec, variants=tuple(variants))
 

@@ -31,6 +31,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, get_
 from bertology.data import Encoded, collate, length_grouped_batches
 from bertology.errors import BadInput
 from bertology.tasks import Task
+from bertology.train import regimes
 from bertology.train.evaluate import autocast, evaluate, pad_id, pick_device, to_device
 from bertology.train.state import StateSink, rng_state, set_rng_state, snapshot
 
@@ -46,6 +47,7 @@ class Hyper:
     eval_batch_size: int = 128
     checkpoint_every: int = 1000  # steps between resume states (when a StateSink is given); 0: none
     compile: bool = False  # torch.compile(dynamic=True): fewer kernel launches on a GPU, slow to start
+    schedule: regimes.Schedule = field(default_factory=regimes.Schedule)  # which parameters train when
 
     EXECUTION = ("checkpoint_every", "compile")  # how the loop runs, not what it computes
 
@@ -78,12 +80,12 @@ class FinetuneResult:
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on weight matrices and embeddings only; frozen parameters are left out."""
+    """Weight decay on weight matrices and embeddings only. Every parameter is in a group: a regime
+    freezes by `requires_grad`, and AdamW leaves a parameter without a gradient untouched."""
     no_decay = {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()}
     decay, plain = [], []
     for name, p in model.named_parameters():
-        if p.requires_grad:
-            (plain if name.endswith("bias") or id(p) in no_decay else decay).append(p)
+        (plain if name.endswith("bias") or id(p) in no_decay else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
 
 
@@ -106,6 +108,7 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict[str
     model = AutoModelForSequenceClassification.from_pretrained(
         model_dir, num_labels=task.num_labels, attn_implementation="sdpa", dtype=torch.float32,
         trust_remote_code=False).to(device)
+    hp.schedule.check(model.config.num_hidden_layers)
     # Fused AdamW: one kernel per step on CUDA, and faster than the per-tensor loop on CPU too.
     optimizer = torch.optim.AdamW(param_groups(model, hp.weight_decay), lr=hp.lr, fused=True)
     examples = Encoded.from_table(train)
@@ -142,6 +145,10 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict[str
 
     for epoch in range(start_epoch, hp.epochs + 1):
         model.train()
+        trainable = regimes.apply(model, hp.schedule, epoch)
+        if hp.schedule.name != "full":
+            log(f"epoch {epoch}: regime {hp.schedule.name} trains "
+                + ", ".join(f"{k} {v:,}" for k, v in trainable.items()) + " parameters")
         epoch_start = time.perf_counter()
         first = start_batch if epoch == start_epoch else 0
         if first == 0:
