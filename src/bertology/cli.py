@@ -24,16 +24,6 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(f"{self.prog}: {message}")
 
 
-def _parse_p(pairs: list[str]) -> dict[str, str]:
-    params = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
-            raise BadInput(f"malformed -p '{pair}' (expected NAME=VALUE, e.g. -p preset=tiny)")
-        params[name.strip()] = value
-    return params
-
-
 def _project_root(workflow: Path) -> Path:
     """The directory holding `jobs/` (the containers' working directory in the images)."""
     for parent in [workflow.resolve().parent, *workflow.resolve().parents, Path.cwd()]:
@@ -55,11 +45,12 @@ def _step_errors(result, workdir: Path) -> list[str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bertology.argo.runner import run_workflow
+    from bertology.study import parse_pairs
 
     workflow = Path(args.workflow)
     if not workflow.is_file():
         raise BadInput(f"workflow file '{workflow}' not found")
-    params = _parse_p(args.p)
+    params = parse_pairs(args.p, "-p")
     store = open_store(params.get("store") or args.store)
     params["store"] = store.uri
     templates = Path(args.templates) if args.templates else workflow.resolve().parent / "templates"

@@ -158,6 +158,17 @@ def _show(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
+def parse_pairs(pairs: list[str], flag: str) -> dict[str, str]:
+    """`NAME=VALUE` arguments (`-p` of bertology run, `--param` of plan) to a dict, one-line errors."""
+    params: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise BadInput(f"malformed {flag} '{pair}' (expected NAME=VALUE, e.g. {flag} preset=tiny)")
+        params[name.strip()] = value
+    return params
+
+
 def _is_json(text: str) -> bool:
     try:
         json.loads(text)

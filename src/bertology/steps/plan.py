@@ -20,23 +20,13 @@ from bertology.results.tables import results_key
 from bertology.spec import Intervention, canonical_json
 from bertology.steps.common import model_config
 from bertology.store import Store
-from bertology.study import StudySpec, Variant
+from bertology.study import StudySpec, Variant, parse_pairs
 from bertology.train.regimes import Schedule
 
 log = logging.getLogger("bertology")
 
 # What a cell must have published for a study before plan can leave it out of the fan-out.
 CELL_TABLES = ("runs", "curves", "weight_distance")
-
-
-def parse_params(pairs: list[str]) -> dict[str, str]:
-    params: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
-            raise BadInput(f"malformed parameter '{pair}' (expected NAME=VALUE)")
-        params[name.strip()] = value
-    return params
 
 
 def validate(spec: StudySpec) -> StudySpec:
@@ -84,7 +74,7 @@ def plan_study(store: Store, spec: StudySpec) -> dict:
 def run(store: Store, args) -> None:
     if not args.study:
         raise BadInput("plan needs --study NAME")
-    spec, changes = StudySpec.from_params(args.study, parse_params(args.param))
+    spec, changes = StudySpec.from_params(args.study, parse_pairs(args.param, "--param"))
     for change in changes:
         log.info("preset %s: %s", spec.preset, change)
     spec = validate(spec)
