@@ -158,9 +158,14 @@ def load_config(ref: ModelRef) -> PretrainedConfig:
     check_model_ref(ref)
     with _hub_errors(ref):
         config = AutoConfig.from_pretrained(_source(ref), revision=ref.revision, trust_remote_code=False)
+    return require_bert(config, str(ref))
+
+
+def require_bert(config: PretrainedConfig, name: str) -> PretrainedConfig:
+    """Refuse any architecture but BERT by name, before weights load."""
     if config.model_type != "bert":
         raise BadInput(
-            f"model {str(ref)!r} has model_type {config.model_type!r}; only BERT-family models are "
+            f"model {name!r} has model_type {config.model_type!r}; only BERT-family models are "
             "supported (model_type 'bert')"
         )
     return config

@@ -29,6 +29,10 @@ MARKER = "_SUCCESS.json"
 DEFAULT_ROOT = ".bertology"
 
 
+class Missing(BadInput):
+    """A key that does not exist: bad input to a reader, a plain `False` to `exists`."""
+
+
 def open_store(uri: str | None) -> Store:
     """`file://…`, a plain path, or `s3://bucket[/prefix]`; anything else is refused by name."""
     uri = (uri or DEFAULT_ROOT).strip()
@@ -129,7 +133,7 @@ class LocalStore(Store):
         try:
             return self._path(key).read_bytes()
         except FileNotFoundError:
-            raise BadInput(f"'{self.url(key)}' does not exist") from None
+            raise Missing(f"'{self.url(key)}' does not exist") from None
 
     def write_bytes(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -183,7 +187,7 @@ class S3Store(Store):
         except ClientError as e:
             code = e.response.get("Error", {}).get("Code", "")
             if code in ("NoSuchKey", "404"):
-                raise BadInput(f"'{self.url(key)}' does not exist") from None
+                raise Missing(f"'{self.url(key)}' does not exist") from None
             if code in ("NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"):
                 raise BadInput(f"S3 refused '{self.url(key)}': {code} (check the bucket name and "
                                "credentials)") from None
@@ -192,18 +196,12 @@ class S3Store(Store):
             raise Transient(f"S3 unreachable for '{self.url(key)}': {e}") from e
 
     def exists(self, key: str) -> bool:
-        from botocore.exceptions import ClientError
-
         try:
             with self._errors(key):
                 self.client.head_object(Bucket=self.bucket, Key=self._key(key))
             return True
-        except ClientError:  # pragma: no cover - _errors converts every ClientError
+        except Missing:
             return False
-        except BadInput as e:
-            if "does not exist" in str(e):
-                return False
-            raise
 
     def read_bytes(self, key: str) -> bytes:
         with self._errors(key):

@@ -60,9 +60,10 @@ def aggregate(store: Store, name: str, study_id: str) -> str:
     plan = store.read_json(f"{base}/plan.json")
     cells = [Cell.from_dict(c) for c in plan["cells"]]
     frames, missing = [], []
+    published = set(store.list(f"results/runs/study={name}"))  # one listing, not a request per cell
     for c in cells:
         key = results_key("runs", name, c.run.id)
-        if store.exists(key):
+        if key in published:
             frames.append(pl.from_arrow(store.read_parquet(key)))
         else:
             missing.append(c)

@@ -31,10 +31,9 @@ def model_config(text: str):
     if not store.is_done(""):
         raise BadInput(f"model '{text}' is not a finished checkpoint in the store (no _SUCCESS.json)")
     config = store.read_json("config.json")
-    if config.get("model_type") != "bert":
-        raise BadInput(f"model '{text}' has model_type '{config.get('model_type')}' "
-                       "(only BERT-family models are supported)")
-    return AutoConfig.for_model(**config)
+    if "model_type" not in config:
+        raise BadInput(f"model '{text}' has no model_type in its config.json (only BERT-family models are supported)")
+    return models.require_bert(AutoConfig.for_model(**config), text)
 
 
 def local_model_ref(text: str) -> models.ModelRef:

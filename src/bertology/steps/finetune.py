@@ -64,7 +64,7 @@ def finetune(store: Store, cell: Cell) -> str:
         hp = Hyper(lr=r.lr, batch_size=r.batch_size, epochs=r.epochs, warmup_ratio=r.warmup_ratio,
                    weight_decay=r.weight_decay, max_grad_norm=r.max_grad_norm, eval_batch_size=r.eval_batch_size,
                    checkpoint_every=r.checkpoint_every, compile=r.compile,
-                   schedule=Schedule(r.name, r.train_layers, r.train_embeddings, r.unfreeze_per_epoch))
+                   schedule=Schedule.of(r))
         state = StoreSlots(store, state_key, log=log.info)
         log.info("run %s: %s %s on %s, seed %d (%d training examples)", run.id, cell.variant, cell.model,
                  task.name, run.seed, train_table.num_rows)

@@ -39,8 +39,7 @@ def validate(spec: StudySpec) -> StudySpec:
     for task in spec.tasks:
         tasks.check_source(tasks.get_task(task), spec.source)
     variants = list(spec.variants)
-    r = spec.regime
-    schedule = Schedule(r.name, r.train_layers, r.train_embeddings, r.unfreeze_per_epoch)
+    schedule = Schedule.of(spec.regime)
     for model in spec.models:
         config = model_config(model)
         for i, variant in enumerate(spec.variants):

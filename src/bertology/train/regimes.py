@@ -34,6 +34,11 @@ class Schedule:
     train_embeddings: bool = False
     unfreeze_per_epoch: int = 4
 
+    @classmethod
+    def of(cls, regime) -> Schedule:
+        """The schedule a `bertology.spec.Regime` describes."""
+        return cls(regime.name, regime.train_layers, regime.train_embeddings, regime.unfreeze_per_epoch)
+
     def check(self, num_layers: int) -> None:
         """One-line BadInput for parameters that do not fit the model."""
         if self.name not in NAMES:
