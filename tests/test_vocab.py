@@ -13,6 +13,7 @@ from transformers import BertTokenizerFast
 
 from bertology import vocab
 from bertology.errors import EXIT_BAD_INPUT, BadInput
+from bertology.results import SCHEMA_VERSION
 from bertology.steps import vocab_overlap
 from bertology.steps.harness import main
 
@@ -131,7 +132,7 @@ def test_the_job_writes_one_row_and_a_rerun_is_cached(tmp_path, capsys):
     table = pq.read_table(artifact / "vocab_overlap.parquet")
     assert table.schema == vocab_overlap.VOCAB_OVERLAP_SCHEMA
     assert table.to_pylist() == [{
-        "schema_version": 1, "model": f"dir:{model_dir}", "reference": f"dir:{reference_dir}",
+        "schema_version": SCHEMA_VERSION, "model": f"dir:{model_dir}", "reference": f"dir:{reference_dir}",
         "case": "exact",
         "vocab_size": 14, "english_like": 5, "english_like_share": 5 / 14, "overlap": 2, "overlap_share": 0.4,
         "corpus": str(corpus), "max_lines": None, "stride": 10, "pieces": 20, "windows": 2,

@@ -4,9 +4,8 @@
   inside the 10% subset for the same seed), so a learning curve over fractions adds data rather than
   swapping it.
 - `tokenize_split` tokenizes once, without padding, into an Arrow table that is cached per tokenizer.
-- `length_grouped_batches` / `eval_batches` group examples of similar length, and `collate` pads each
-  batch only to its own longest example (the rows come from `Encoded`, the table as flat arrays): far
-  fewer pad tokens than padding everything to max_length.
+- `length_grouped_batches` / `eval_batches` group examples of similar length, and `Encoded.batch` pads
+  each batch only to its own longest example: far fewer pad tokens than padding everything to max_length.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 
 from bertology.errors import BadInput
 from bertology.tasks import Task
@@ -96,32 +94,50 @@ _TOKENIZE_CHUNK = 20_000
 
 @dataclass(frozen=True)
 class Encoded:
-    """A tokenized split as flat NumPy arrays. A batch's rows are views made when the batch is, so a
-    400k-example split costs a few arrays, not 400k Python lists."""
+    """A tokenized split as flat NumPy arrays, whatever the task kind: per-token columns (input_ids,
+    token_type_ids, and e.g. an MLM split's fixed `labels` or a SQuAD split's offsets) concatenated with one
+    shared `offsets` array, and per-row columns (label, start_positions, …). A batch is gathered and padded
+    in a few vectorised operations, so a 400k-example split costs a few arrays, not 400k Python lists."""
 
-    input_ids: np.ndarray  # every row's ids, concatenated; row i is [offsets[i], offsets[i + 1])
-    token_type_ids: np.ndarray
+    tokens: dict[str, np.ndarray]  # every row's values, concatenated; row i is [offsets[i], offsets[i + 1])
     offsets: np.ndarray
-    labels: np.ndarray
+    rows: dict[str, np.ndarray]  # one value per row
     lengths: np.ndarray
 
     @classmethod
     def from_table(cls, table: pa.Table) -> Encoded:
-        ids = table.column("input_ids").combine_chunks()
-        offsets = ids.offsets.to_numpy()
-        return cls(input_ids=ids.flatten().to_numpy(),
-                   token_type_ids=table.column("token_type_ids").combine_chunks().flatten().to_numpy(),
-                   offsets=offsets - offsets[0], labels=table.column("label").to_numpy(),
-                   lengths=table.column("length").to_numpy())
+        lengths = table.column("length").to_numpy()
+        offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+        tokens, rows = {}, {}
+        for name in table.column_names:
+            column = table.column(name).combine_chunks()
+            if pa.types.is_list(column.type):
+                if not np.array_equal(pc.list_value_length(column).to_numpy(zero_copy_only=False), lengths):
+                    raise BadInput(f"per-token column {name!r} does not have `length` values in every row")
+                tokens[name] = column.flatten().to_numpy()
+            elif name not in ("idx", "length"):
+                rows[name] = column.to_numpy(zero_copy_only=False)
+        return cls(tokens=tokens, offsets=offsets, rows=rows, lengths=lengths)
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return len(self.lengths)
 
-    def rows(self, indices) -> list[dict]:
-        """The rows `collate` takes: input_ids, token_type_ids and label of each index."""
-        return [{"input_ids": self.input_ids[self.offsets[i]:self.offsets[i + 1]],
-                 "token_type_ids": self.token_type_ids[self.offsets[i]:self.offsets[i + 1]],
-                 "label": self.labels[i]} for i in indices]
+    @property
+    def labels(self) -> np.ndarray:
+        return self.rows["label"]
+
+    def batch(self, indices, pad: Mapping[str, int]) -> dict[str, np.ndarray]:
+        """Rows `indices`, every per-token column padded to the longest of them with `pad[name]` (0 when not
+        given), plus `attention_mask` and the per-row columns."""
+        indices = np.asarray(indices)
+        lengths = self.lengths[indices]
+        positions = np.arange(lengths.max())
+        valid = positions[None, :] < lengths[:, None]
+        where = np.where(valid, self.offsets[indices][:, None] + positions[None, :], 0)
+        out = {name: np.where(valid, flat[where], pad.get(name, 0)) for name, flat in self.tokens.items()}
+        out["attention_mask"] = valid.astype(np.int64)
+        out.update({name: column[indices] for name, column in self.rows.items()})
+        return out
 
 
 def length_grouped_batches(lengths, batch_size: int, *, seed: int | Sequence[int],
@@ -150,23 +166,3 @@ def eval_batches(lengths, batch_size: int) -> list[np.ndarray]:
     """Evaluation batches: all examples sorted by length (longest first), no shuffling."""
     order = np.argsort(-np.asarray(lengths), kind="stable")
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-
-
-def collate(rows: Sequence[Mapping], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad `rows` (dicts with input_ids, token_type_ids, label) to the longest of them."""
-    width = max(len(row["input_ids"]) for row in rows)
-    input_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    token_type_ids = np.zeros((len(rows), width), dtype=np.int64)
-    attention_mask = np.zeros((len(rows), width), dtype=np.int64)
-    for i, row in enumerate(rows):
-        n = len(row["input_ids"])
-        input_ids[i, :n] = row["input_ids"]
-        token_type_ids[i, :n] = row["token_type_ids"]
-        attention_mask[i, :n] = 1
-    labels = np.array([row["label"] for row in rows])
-    return {
-        "input_ids": torch.from_numpy(input_ids),
-        "attention_mask": torch.from_numpy(attention_mask),
-        "token_type_ids": torch.from_numpy(token_type_ids),
-        "labels": torch.from_numpy(labels.astype(np.float32 if labels.dtype.kind == "f" else np.int64)),
-    }

@@ -21,9 +21,9 @@ from safetensors import safe_open
 from torch import nn
 from transformers import (
     AutoConfig,
-    AutoModel,
     AutoTokenizer,
     BertConfig,
+    BertForPreTraining,
     BertModel,
     PretrainedConfig,
     PreTrainedTokenizerFast,
@@ -171,8 +171,10 @@ def require_bert(config: PretrainedConfig, name: str) -> PretrainedConfig:
     return config
 
 
-def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[BertModel, PreTrainedTokenizerFast]:
-    """Load a BERT encoder and its tokenizer, in eval mode.
+def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[nn.Module, PreTrainedTokenizerFast]:
+    """Load a BERT and its tokenizer, in eval mode: a BertModel, or a BertForPreTraining when the checkpoint
+    has a pre-trained masked-LM head, so that head survives into built checkpoints (masked-LM fine-tuning
+    and its perplexities need it; classification heads ignore it).
 
     Weights the checkpoint lacks (e.g. a pooler) are initialised from `seed` under a forked RNG, so two
     loads agree bit for bit and the caller's global RNG is left alone.
@@ -183,12 +185,12 @@ def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[BertModel, PreTrained
     source = _source(ref)
     with _hub_errors(ref), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModel.from_pretrained(
-            source, config=config, revision=ref.revision, trust_remote_code=False, use_safetensors=True
-        )
+        model, info = BertForPreTraining.from_pretrained(
+            source, config=config, revision=ref.revision, trust_remote_code=False, use_safetensors=True,
+            output_loading_info=True)
         tokenizer = AutoTokenizer.from_pretrained(source, revision=ref.revision, trust_remote_code=False)
-    if not isinstance(model, BertModel):
-        raise BadInput(f"model {str(ref)!r} loaded as {type(model).__name__}; only BertModel is supported")
+    if any(key.startswith("cls.predictions.") for key in info["missing_keys"]):
+        model = model.bert  # no masked-LM head in the checkpoint: do not invent one
     return model.eval(), tokenizer
 
 

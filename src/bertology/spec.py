@@ -154,6 +154,14 @@ class DatasetSpec:
     fraction: float | None = None
     count: int | None = None
     subset_seed: int = 0
+    # Rows kept of each evaluation split (seeded; the cross-lingual report cuts XNLI to the size of its
+    # Dutch set); None: all.
+    eval_count: int | None = None
+    # SQuAD windows: tokens shared by consecutive windows of a long context; None: the task's default.
+    doc_stride: int | None = None
+
+    # Left out of the id at their defaults, so ids made before they existed still hold.
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("eval_count", "doc_stride")
 
     @classmethod
     def from_dict(cls, d: Any) -> DatasetSpec:
@@ -170,10 +178,12 @@ class DatasetSpec:
             fraction=None if fraction is None else as_float(fraction, "fraction", 0.0, 1.0, low_open=True),
             count=None if count is None else as_int(count, "count", 1),
             subset_seed=as_int(d.get("subset_seed", 0), "subset_seed", 0),
+            eval_count=None if d.get("eval_count") is None else as_int(d["eval_count"], "eval_count", 1),
+            doc_stride=None if d.get("doc_stride") is None else as_int(d["doc_stride"], "doc_stride", 1),
         )
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in self.OPTIONAL or v is not None}
 
     @property
     def id(self) -> str:
@@ -192,16 +202,21 @@ class Regime:
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     eval_batch_size: int = 128
+    eval_every: int = 0  # steps between evaluations besides each epoch's end (the forgetting curve: 50)
     checkpoint_every: int = 1000  # steps between resume states; 0: none
     compile: bool = False  # torch.compile the model (dynamic shapes)
     train_layers: str | tuple[int, ...] | None = None  # freeze: from:K, last:K or a list
     train_embeddings: bool = False  # freeze: also train the embeddings
     unfreeze_per_epoch: int = 4  # gradual-unfreeze: layers opened from the top per epoch
+    # A "native" model (a model reference) whose hidden states every evaluation point compares with the
+    # fine-tuned model's, per layer, on a fixed batch of 16 sentences (the cross-lingual report's Fig. 1).
+    reference: str | None = None
 
     NAMES = ("full", "freeze", "gradual-unfreeze", "probe")
     # The schedule's settings are part of the id, but left out at their defaults, so that ids made
     # before they existed (all `full`) still hold.
-    SCHEDULE: ClassVar[dict[str, Any]] = {"train_layers": None, "train_embeddings": False, "unfreeze_per_epoch": 4}
+    SCHEDULE: ClassVar[dict[str, Any]] = {"train_layers": None, "train_embeddings": False, "unfreeze_per_epoch": 4,
+                                          "eval_every": 0, "reference": None}
     # How a run executes, not what it computes (like the device): never part of a run id, and left out of
     # to_dict at their defaults, so every id made before they existed still holds.
     EXECUTION: ClassVar[dict[str, Any]] = {"checkpoint_every": 1000, "compile": False}
@@ -221,11 +236,13 @@ class Regime:
             weight_decay=as_float(d.get("weight_decay", 0.01), "weight_decay", 0.0, 1.0),
             max_grad_norm=as_float(d.get("max_grad_norm", 1.0), "max_grad_norm", 0.0, 1e6, low_open=True),
             eval_batch_size=as_int(d.get("eval_batch_size", 128), "eval_batch_size", 1),
+            eval_every=as_int(d.get("eval_every", 0), "eval_every", 0),
             checkpoint_every=as_int(d.get("checkpoint_every", 1000), "checkpoint_every", 0),
             compile=as_bool(d.get("compile", False), "compile"),
             train_layers=_layers(d.get("train_layers")),
             train_embeddings=as_bool(d.get("train_embeddings", False), "train_embeddings"),
             unfreeze_per_epoch=as_int(d.get("unfreeze_per_epoch", 4), "unfreeze_per_epoch", 1),
+            reference=_reference(d.get("reference")),
         )
 
     def to_dict(self, *, execution: bool = True) -> dict:
@@ -235,6 +252,12 @@ class Regime:
         return {k: v for k, v in d.items()
                 if (k not in self.EXECUTION or (execution and v != self.EXECUTION[k]))
                 and (k not in self.SCHEDULE or v != self.SCHEDULE[k])}
+
+
+def _reference(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise BadInput(f"reference must be a model reference (a hub id, dir:PATH, …), got {value!r}")
 
 
 def _layers(value: Any) -> str | tuple[int, ...] | None:
@@ -248,24 +271,39 @@ def _layers(value: Any) -> str | tuple[int, ...] | None:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One cell of a study: checkpoint x dataset x regime x training seed."""
+    """One cell of a study: checkpoint x dataset x regime x training seed.
+
+    `after` makes it sequential fine-tuning (the college report's Experiment 1): the run starts from the
+    weights `after` (the intermediate run, on the same checkpoint) ended with, and a new task head. The
+    intermediate run is part of the id, so each (intermediate, final) pair is its own run."""
 
     checkpoint: CheckpointSpec
     dataset: DatasetSpec
     regime: Regime = field(default_factory=Regime)
     seed: int = 1
+    after: RunSpec | None = None
+
+    def __post_init__(self):
+        if self.after is not None and self.after.checkpoint != self.checkpoint:
+            raise BadInput(f"a sequential run and its intermediate run must start from one checkpoint "
+                           f"(got {self.checkpoint.model} and {self.after.checkpoint.model})")
 
     @classmethod
     def from_dict(cls, d: Any) -> RunSpec:
-        d = check_keys(d, {"checkpoint", "dataset", "regime", "seed"}, "run")
+        d = check_keys(d, {"checkpoint", "dataset", "regime", "seed", "after"}, "run")
+        after = d.get("after")
         return cls(CheckpointSpec.from_dict(require_key(d, "checkpoint", "run")),
                    DatasetSpec.from_dict(require_key(d, "dataset", "run")),
                    Regime.from_dict(d.get("regime", {})),
-                   as_int(d.get("seed", 1), "seed", 0))
+                   as_int(d.get("seed", 1), "seed", 0),
+                   None if after is None else RunSpec.from_dict(after))
 
     def to_dict(self, *, execution: bool = True) -> dict:
-        return {"checkpoint": self.checkpoint.to_dict(), "dataset": self.dataset.to_dict(),
-                "regime": self.regime.to_dict(execution=execution), "seed": self.seed}
+        d = {"checkpoint": self.checkpoint.to_dict(), "dataset": self.dataset.to_dict(),
+             "regime": self.regime.to_dict(execution=execution), "seed": self.seed}
+        if self.after is not None:  # left out when absent, so ids made before it existed still hold
+            d["after"] = self.after.to_dict(execution=execution)
+        return d
 
     @property
     def id(self) -> str:
@@ -295,7 +333,8 @@ class Cell:
         ds = self.run.dataset
         return {"study": self.study, "variant": self.variant, "model": self.model, "task": ds.task,
                 "source": ds.source, "fraction": ds.fraction, "count": ds.count, "seed": self.run.seed,
-                "run_id": self.run.id, "checkpoint_id": self.run.checkpoint.id, "dataset_id": ds.id}
+                "run_id": self.run.id, "checkpoint_id": self.run.checkpoint.id, "dataset_id": ds.id,
+                "intermediate": None if self.run.after is None else self.run.after.dataset.task}
 
 
 def parse_json_arg(text: str, what: str) -> Any:

@@ -54,6 +54,14 @@ PARAMS: dict[str, tuple[str, str]] = {
     "train_layers": ("optional-layers", ""),
     "unfreeze_per_epoch": ("int", "4"),
     "intervention_seed": ("int", "0"),
+    # evaluation and monitoring (the cross-lingual report: every 50 steps, against a native model)
+    "eval_every": ("int", "0"),
+    "reference": ("optional-str", ""),
+    "eval_count": ("optional-int", ""),
+    "doc_stride": ("optional-int", ""),
+    # how runs execute (never part of a run id)
+    "checkpoint_every": ("int", "1000"),
+    "compile": ("bool", "false"),
 }
 
 
@@ -83,6 +91,8 @@ class StudySpec:
     count: int | None
     subset_seed: int
     intervention_seed: int
+    eval_count: int | None = None
+    doc_stride: int | None = None
 
     @classmethod
     def from_params(cls, name: str, raw: dict[str, str]) -> tuple[StudySpec, list[str]]:
@@ -106,12 +116,14 @@ class StudySpec:
                 changes.append(f"{key}: {_show(values[key])} -> {_show(values[key][:limit])} (first {limit})")
                 values[key] = values[key][:limit]
         regime = Regime.from_dict({"name": values["regime"], **{k: values[k] for k in (
-            "lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch")}})
+            "lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
+            "eval_every", "reference", "checkpoint_every", "compile")}})
         spec = cls(name=name, preset=preset, models=tuple(dict.fromkeys(values["models"])),
                    variants=values["variants"], tasks=tuple(dict.fromkeys(values["tasks"])),
                    source=values["source"], seeds=tuple(values["seeds"]), regime=regime,
                    max_length=values["max_length"], fraction=values["fraction"], count=values["count"],
-                   subset_seed=values["subset_seed"], intervention_seed=values["intervention_seed"])
+                   subset_seed=values["subset_seed"], intervention_seed=values["intervention_seed"],
+                   eval_count=values["eval_count"], doc_stride=values["doc_stride"])
         spec._check_shape()
         return spec, changes
 
@@ -144,7 +156,8 @@ class StudySpec:
 
     def dataset(self, model: str, task: str) -> DatasetSpec:
         return DatasetSpec(task=task, source=self.source, tokenizer=model, max_length=self.max_length,
-                           fraction=self.fraction, count=self.count, subset_seed=self.subset_seed)
+                           fraction=self.fraction, count=self.count, subset_seed=self.subset_seed,
+                           eval_count=self.eval_count, doc_stride=self.doc_stride)
 
     def cells(self) -> list[Cell]:
         """Every run of the study in table order: model, task, variant, seed."""
@@ -181,14 +194,18 @@ def _typed(name: str, text: str) -> Any:
     """One raw parameter string to its typed value, with a one-line error naming the parameter."""
     kind = PARAMS[name][0]
     text = text.strip()
-    if kind == "str":
-        if not text:
-            raise BadInput(f"parameter '{name}' is empty")
-        return text
     if kind.startswith("optional-"):
         if text.lower() in ("", "null", "none"):
             return None
         kind = kind[len("optional-"):]
+    if kind == "str":
+        if not text:
+            raise BadInput(f"parameter '{name}' is empty")
+        return text
+    if kind == "bool":
+        if text.lower() not in ("true", "false"):
+            raise BadInput(f"parameter '{name}' must be true or false, got {text!r}")
+        return text.lower() == "true"
     if kind == "layers":  # from:K, last:K or a JSON list of layer indices
         return json.loads(text) if text.startswith("[") and _is_json(text) else text
     try:

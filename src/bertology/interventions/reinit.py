@@ -32,6 +32,7 @@ import math
 import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
+from transformers.models.bert.modeling_bert import BertLMPredictionHead
 
 from bertology.errors import BadInput
 from bertology.interventions import parts, selection
@@ -128,6 +129,8 @@ def reinit_modules(modules: list[nn.Module], std: float, generator: torch.Genera
                 module.weight.fill_(1.0)
             if module.bias is not None and _first_time(module.bias, done):
                 module.bias.zero_()
+        elif isinstance(module, BertLMPredictionHead) and _first_time(module.bias, done):
+            module.bias.zero_()  # the masked-LM head's per-token output bias (its decoder's, when tied)
     for module in modules:
         for name, param in module.named_parameters(recurse=False):
             if id(param) not in done:

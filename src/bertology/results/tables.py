@@ -16,13 +16,14 @@ import pyarrow as pa
 from bertology.spec import Cell
 from bertology.store import Store, open_store
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: `intermediate` label, predictions' `text`, activation_distance
 
 # The label columns every table carries, in this order, before its own columns.
 LABELS = pa.schema([
     ("schema_version", pa.int32()), ("study", pa.string()), ("variant", pa.string()), ("model", pa.string()),
     ("task", pa.string()), ("source", pa.string()), ("fraction", pa.float64()), ("count", pa.int64()),
     ("seed", pa.int64()), ("run_id", pa.string()), ("checkpoint_id", pa.string()), ("dataset_id", pa.string()),
+    ("intermediate", pa.string()),  # the task a sequential run was fine-tuned on first; null otherwise
 ])
 
 TABLES: dict[str, pa.Schema] = {
@@ -38,10 +39,17 @@ TABLES: dict[str, pa.Schema] = {
         ("epoch", pa.int64()), ("step", pa.int64()), ("train_loss", pa.float64()), ("lr", pa.float64()),
         ("seconds", pa.float64()), ("split", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
     ]),
-    # one row per evaluation example
+    # one row per evaluation example; span tasks: label 1 = answerable, prediction 1 = answered, score =
+    # the no-answer score, text = the answer
     "predictions": pa.schema([
         ("split", pa.string()), ("idx", pa.int64()), ("label", pa.float64()), ("prediction", pa.float64()),
-        ("score", pa.float64()),
+        ("score", pa.float64()), ("text", pa.string()),
+    ]),
+    # one row per (evaluation point, layer): mean L2 distance of the hidden states to a native model's on a
+    # fixed batch of sentences (layer 0: the embeddings' output)
+    "activation_distance": pa.schema([
+        ("reference", pa.string()), ("epoch", pa.int64()), ("step", pa.int64()), ("layer", pa.int64()),
+        ("distance", pa.float64()), ("tokens", pa.int64()),
     ]),
     # one row per module: how far fine-tuning moved the weights from the built checkpoint
     "weight_distance": pa.schema([

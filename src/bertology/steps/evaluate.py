@@ -1,7 +1,7 @@
 """evaluate: score the best fine-tuned weights on every evaluation split of the task.
 
 Writes `runs/<run-id>/evaluate/{metrics.parquet, predictions.parquet}` and publishes the `runs` row(s)
-and the per-example predictions for the study.
+and the per-example predictions for the study (masked-LM corpora have perplexities, not predictions).
 """
 
 from __future__ import annotations
@@ -30,19 +30,19 @@ def evaluate(store: Store, cell: Cell) -> str:
         import torch
 
         from bertology import tasks
-        from bertology.train import evaluate as score
-        from bertology.train import load_finetuned
+        from bertology.train import head_for, load_finetuned
 
         task = tasks.get_task(run.dataset.task)
+        head = head_for(task)
         trained = store.read_json(f"{run_key(run.id, 'finetune')}/result.json")
         model_dir = store.local_dir(run_key(run.id, "finetune")) / "model"
         data_dir = store.local_dir(dataset_key(run.dataset.id))
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        model = load_finetuned(model_dir, device)
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = load_finetuned(model_dir, task, device)
         metric_rows, prediction_tables = [], []
         for split in task.eval_splits:
-            metrics, predictions = score(model, task, pq.read_table(data_dir / f"{split}.parquet"),
-                                         batch_size=run.regime.eval_batch_size, device=device)
+            metrics, predictions = head.evaluate(model, head.read_split(data_dir, split),
+                                                 batch_size=run.regime.eval_batch_size, device=device)
             for metric, value in metrics.items():
                 metric_rows.append({
                     "split": split, "metric": metric, "value": float(value),
@@ -52,13 +52,16 @@ def evaluate(store: Store, cell: Cell) -> str:
                     "num_train": trained["num_train"], "train_seconds": trained["wall_seconds"],
                     "throughput": trained["throughput"], "device": trained["device"],
                     "code_version": bertology.__version__})
-            prediction_tables.append(predictions.append_column("split", pa.array([split] * predictions.num_rows)))
+            if predictions is not None:
+                prediction_tables.append(predictions.append_column("split", pa.array([split] * predictions.num_rows)))
             log.info("run %s: %s %s", run.id, split, {k: round(v, 4) for k, v in metrics.items()})
         with store.artifact(key, {"spec": run.to_dict()}) as out:
             pq.write_table(pa.Table.from_pylist(metric_rows), out / "metrics.parquet")
-            pq.write_table(pa.concat_tables(prediction_tables), out / "predictions.parquet")
+            if prediction_tables:
+                pq.write_table(pa.concat_tables(prediction_tables), out / "predictions.parquet")
     publish(store, "runs", cell, store.read_parquet(f"{key}/metrics.parquet"))
-    publish(store, "predictions", cell, store.read_parquet(f"{key}/predictions.parquet"))
+    if store.exists(f"{key}/predictions.parquet"):
+        publish(store, "predictions", cell, store.read_parquet(f"{key}/predictions.parquet"))
     return key
 
 

@@ -1,7 +1,10 @@
-"""finetune: train one cell's checkpoint on its dataset; keep the best epoch's weights and the curves.
+"""finetune: train one cell's checkpoint on its dataset; keep the best point's weights and the curves.
 
-Writes `runs/<run-id>/finetune/{model/, curves.parquet, result.json}` and publishes the curves to
-`results/curves/study=<study>/`. While it trains, the resume state lives in `runs/<run-id>/finetune-state/`
+Writes `runs/<run-id>/finetune/{model/, curves.parquet, result.json}` (and `activations.parquet` when the
+regime names a native `reference` model) and publishes the curves (and activation distances) to
+`results/<table>/study=<study>/`. A sequential run (`after`: the intermediate run) starts from the
+intermediate run's fine-tuned weights with a new task head; the intermediate run is trained first, in
+this process, if it is not finished yet. While it trains, the resume state lives in `runs/<run-id>/finetune-state/`
 (two slots, see bertology.train.state): a killed or preempted run started again goes on from there and
 ends with the same result; the state is deleted once the run is published.
 
@@ -18,9 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bertology.errors import BadInput
-from bertology.results.tables import publish
+from bertology.results.tables import TABLES, publish
 from bertology.spec import Cell
-from bertology.steps.common import checkpoint_key, dataset_key, run_key
+from bertology.steps.common import checkpoint_key, dataset_key, local_model_ref, run_key
 from bertology.steps.harness import require_spec
 from bertology.store import Store
 
@@ -37,7 +40,7 @@ def curves_table(curves: list[dict]) -> pa.Table:
                 rows.append({"epoch": point["epoch"], "step": point["step"], "train_loss": point["train_loss"],
                              "lr": point["lr"], "seconds": point["seconds"], "split": split, "metric": metric,
                              "value": float(value)})
-    return pa.Table.from_pylist(rows)
+    return pa.Table.from_pylist(rows, schema=TABLES["curves"])
 
 
 def finetune(store: Store, cell: Cell) -> str:
@@ -50,34 +53,57 @@ def finetune(store: Store, cell: Cell) -> str:
             store.delete_prefix(state_key)
     else:
         from bertology import tasks
-        from bertology.train import Hyper
+        from bertology.train import Hyper, head_for
         from bertology.train import finetune as train
         from bertology.train.regimes import Schedule
         from bertology.train.state import StoreSlots
 
         task = tasks.get_task(run.dataset.task)
-        ckpt_dir = store.local_dir(checkpoint_key(run.checkpoint.id))
+        if run.after is not None:
+            intermediate = Cell(cell.study, cell.variant, cell.model, run.after)
+            if not store.is_done(run_key(run.after.id, "finetune")):
+                log.info("run %s: training its intermediate run %s (%s) first", run.id, run.after.id,
+                         run.after.dataset.task)
+            finetune(store, intermediate)
+            start_dir = store.local_dir(run_key(run.after.id, "finetune")) / "model"
+        else:
+            start_dir = store.local_dir(checkpoint_key(run.checkpoint.id))
         data_dir = store.local_dir(dataset_key(run.dataset.id))
         train_table = pq.read_table(data_dir / "train.parquet")
-        evals = {s: pq.read_table(data_dir / f"{s}.parquet") for s in task.eval_splits}
+        head = head_for(task)
+        evals = {s: head.read_split(data_dir, s) for s in task.eval_splits}
         r = run.regime
         hp = Hyper(lr=r.lr, batch_size=r.batch_size, epochs=r.epochs, warmup_ratio=r.warmup_ratio,
                    weight_decay=r.weight_decay, max_grad_norm=r.max_grad_norm, eval_batch_size=r.eval_batch_size,
-                   checkpoint_every=r.checkpoint_every, compile=r.compile,
+                   eval_every=r.eval_every, checkpoint_every=r.checkpoint_every, compile=r.compile,
                    schedule=Schedule.of(r))
+        monitor = None
+        if r.reference is not None:
+            from bertology import models
+            from bertology.train.activation_distance import ActivationDistance
+
+            start = models.parse_model_ref(f"dir:{start_dir}")
+            monitor = ActivationDistance(local_model_ref(r.reference), json.loads((data_dir / "probe.json").read_text()),
+                                         tokenizer=models.load_tokenizer(start), max_length=run.dataset.max_length)
+            monitor.check(models.load_config(start))
         state = StoreSlots(store, state_key, log=log.info)
-        log.info("run %s: %s %s on %s, seed %d (%d training examples)", run.id, cell.variant, cell.model,
+        log.info("run %s: %s %s on %s, seed %d (%d training rows)", run.id, cell.variant, cell.model,
                  task.name, run.seed, train_table.num_rows)
         with store.artifact(key, {"spec": run.to_dict()}) as out:
-            result = train(ckpt_dir, task, train_table, evals, hp, run.seed, out / "model", log=log.info,
-                           state=state)
+            result = train(start_dir, task, train_table, evals, hp, run.seed, out / "model", log=log.info,
+                           state=state, new_head=run.after is not None, monitor=monitor)
             pq.write_table(curves_table(result.curves), out / "curves.parquet")
+            if monitor is not None:
+                rows = [{"reference": r.reference, **row} for row in result.monitor]
+                pq.write_table(pa.Table.from_pylist(rows), out / "activations.parquet")
             (out / "result.json").write_text(json.dumps({
-                "best_epoch": result.best_epoch, "best_metrics": result.best_metrics,
+                "best_epoch": result.best_epoch, "best_step": result.best_step, "best_metrics": result.best_metrics,
                 "wall_seconds": result.wall_seconds, "device": result.device, "num_train": result.num_train,
                 "throughput": result.throughput, "epochs": r.epochs}, indent=2))
         state.clear()
     publish(store, "curves", cell, store.read_parquet(f"{key}/curves.parquet"))
+    if run.regime.reference is not None:
+        publish(store, "activation_distance", cell, store.read_parquet(f"{key}/activations.parquet"))
     return key
 
 

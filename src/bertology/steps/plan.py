@@ -21,6 +21,7 @@ from bertology.spec import Intervention, canonical_json
 from bertology.steps.common import model_config
 from bertology.store import Store
 from bertology.study import StudySpec, Variant, parse_pairs
+from bertology.train.activation_distance import check_shapes
 from bertology.train.regimes import Schedule
 
 log = logging.getLogger("bertology")
@@ -40,11 +41,14 @@ def validate(spec: StudySpec) -> StudySpec:
         tasks.check_source(tasks.get_task(task), spec.source)
     variants = list(spec.variants)
     schedule = Schedule.of(spec.regime)
+    reference = model_config(spec.regime.reference) if spec.regime.reference else None
     for model in spec.models:
         config = model_config(model)
         for i, variant in enumerate(spec.variants):
             chain = validate_chain([step.to_dict() for step in variant.interventions], config)
             schedule.check(chain_config(chain, config).num_hidden_layers)
+            if reference is not None:
+                check_shapes(chain_config(chain, config), reference)
             variants[i] = Variant(variant.name, tuple(Intervention.from_dict(step) for step in chain))
     return dataclasses.replace(spec, variants=tuple(variants))
 

@@ -1,9 +1,15 @@
 """The task registry: one small declarative entry per task, in the style of lm-evaluation-harness.
 
 An entry says everything the rest of the code needs to know about a task and nothing about how to run
-it: which text fields an example has, how many labels, which metrics (the first eval split's
-`primary_metric` picks the best epoch), and where its examples live in each source (the hub dataset and
-its column names, the original GLUE directory and its TSV layout). Adding a GLUE task is adding an entry.
+it: its kind, which text fields an example has, how many labels, which metrics (the first eval split's
+`primary_metric` picks the best evaluation point), and where its examples live in each source (the hub
+dataset and its column names, the original GLUE directory and its TSV layout). Adding a GLUE task is
+adding an entry.
+
+Kinds (each has its model head, batches and evaluation in bertology.train.heads):
+  sequence  classification or regression over one sentence or a pair (the GLUE tasks)
+  span      extractive question answering with unanswerable questions (SQuAD 2.0)
+  mlm       masked-LM perplexity on text corpora (the cross-lingual report's Dutch and XNLI sentences)
 """
 
 from __future__ import annotations
@@ -13,13 +19,21 @@ from dataclasses import dataclass
 from bertology.errors import BadInput
 from bertology.metrics import METRICS
 
+KINDS = ("sequence", "span", "mlm")
+# The metrics of the kinds whose evaluation is not a function of (labels, predictions).
+SPAN_METRICS = ("f1", "exact", "has_ans_f1", "has_ans_exact", "no_ans_f1", "no_ans_exact", "best_f1",
+                "best_f1_thresh", "best_exact", "best_exact_thresh")
+MLM_METRICS = ("perplexity", "loss", "masked_tokens")
+LOWER_IS_BETTER = ("perplexity", "loss")
+
 
 @dataclass(frozen=True)
 class Task:
     name: str
     # Our column names, in order: ("text_a",) for single sentences, ("text_a", "text_b") for pairs.
+    # Not used by the span and mlm kinds, whose example columns are fixed by their readers.
     text_fields: tuple[str, ...]
-    # 1 means regression (STS-B): the label is a float and the model has one output.
+    # 1 means regression (STS-B): the label is a float and the model has one output. 0 for span and mlm.
     num_labels: int
     # Label id -> name; a source that stores names (RTE's "entailment") is mapped through this. Empty for
     # regression.
@@ -28,28 +42,37 @@ class Task:
     primary_metric: str
     # (dataset path, config name) for datasets.load_dataset.
     hub: tuple[str, str]
-    # The hub dataset's columns for each text field, then its label column.
-    hub_columns: tuple[str, ...]
-    # The task's directory inside a GLUE download ("SST-2").
-    glue_dir: str
+    # The hub dataset's columns for each text field, then its label column (sequence tasks).
+    hub_columns: tuple[str, ...] = ()
+    # The task's directory inside a GLUE download ("SST-2"); sequence tasks only.
+    glue_dir: str = ""
     # The TSV's columns for each text field, then the label: header names, or positions (int) when the
     # file has no header (CoLA).
-    tsv_columns: tuple[str | int, ...]
+    tsv_columns: tuple[str | int, ...] = ()
     tsv_header: bool = True
-    # Evaluation splits, named as on the hub (MNLI: "validation_matched", "validation_mismatched").
+    # Evaluation splits, named as on the hub (MNLI: "validation_matched", "validation_mismatched"); an mlm
+    # task's eval splits may be other corpora (the forgetting curve's "xnli").
     eval_splits: tuple[str, ...] = ("validation",)
     # Split -> file name in the GLUE directory.
     tsv_files: tuple[tuple[str, str], ...] = (("train", "train.tsv"), ("validation", "dev.tsv"))
+    kind: str = "sequence"
 
     def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"task {self.name}: kind must be one of {KINDS}")
+        allowed = {"sequence": METRICS, "span": SPAN_METRICS, "mlm": MLM_METRICS}[self.kind]
+        unknown = [m for m in self.metrics if m not in allowed]
+        if unknown or self.primary_metric not in self.metrics:
+            raise ValueError(f"task {self.name}: bad metrics {self.metrics} / primary {self.primary_metric}")
+        if self.kind != "sequence":
+            if self.num_labels or self.label_names:
+                raise ValueError(f"task {self.name}: a {self.kind} task has no labels")
+            return
         if self.text_fields not in (("text_a",), ("text_a", "text_b")):
             raise ValueError(f"task {self.name}: text_fields must be ('text_a',) or ('text_a', 'text_b')")
         for columns in (self.hub_columns, self.tsv_columns):
             if len(columns) != len(self.text_fields) + 1:
                 raise ValueError(f"task {self.name}: need one column per text field plus the label")
-        unknown = [m for m in self.metrics if m not in METRICS]
-        if unknown or self.primary_metric not in self.metrics:
-            raise ValueError(f"task {self.name}: bad metrics {self.metrics} / primary {self.primary_metric}")
         if self.num_labels < 1 or len(self.label_names) != (0 if self.num_labels == 1 else self.num_labels):
             raise ValueError(f"task {self.name}: {self.num_labels} labels but names {self.label_names}")
         if not self.tsv_header and not all(isinstance(c, int) for c in self.tsv_columns):
@@ -63,7 +86,12 @@ class Task:
 
     @property
     def is_regression(self) -> bool:
-        return self.num_labels == 1
+        return self.kind == "sequence" and self.num_labels == 1
+
+    @property
+    def lower_is_better(self) -> bool:
+        """Whether a smaller primary metric is the better model (perplexity)."""
+        return self.primary_metric in LOWER_IS_BETTER
 
     def tsv_file(self, split: str) -> str:
         return dict(self.tsv_files)[split]
@@ -189,6 +217,32 @@ TASKS: dict[str, Task] = {
             hub_columns=("sentence1", "sentence2", "label"),
             glue_dir="WNLI",
             tsv_columns=("sentence1", "sentence2", "label"),
+        ),
+        # The college report's question answering: F1 and EM with unanswerable questions (fractions, not
+        # percent), from the official evaluation's logic (bertology.squad_eval).
+        Task(
+            name="squad2",
+            kind="span",
+            text_fields=("question", "context"),
+            num_labels=0,
+            label_names=(),
+            metrics=SPAN_METRICS,
+            primary_metric="f1",
+            hub=("rajpurkar/squad_v2", "squad_v2"),
+        ),
+        # The cross-lingual report: MLM fine-tuning on Dutch sentences (train, validation, test), with
+        # XNLI validation sentences (15 languages) as the corpus whose perplexity shows the forgetting.
+        # The hub source is Dutch Wikipedia, as in the report; `files:` and `synthetic` stand in offline.
+        Task(
+            name="mlm-nl",
+            kind="mlm",
+            text_fields=("text",),
+            num_labels=0,
+            label_names=(),
+            metrics=MLM_METRICS,
+            primary_metric="perplexity",
+            hub=("wikimedia/wikipedia", "20231101.nl"),
+            eval_splits=("validation", "test", "xnli"),
         ),
     )
 }

@@ -1,6 +1,6 @@
-"""Fine-tuning and evaluation of sequence classifiers."""
+"""Fine-tuning and evaluation for every task kind (sequence, span, mlm)."""
 
-from bertology.train.evaluate import evaluate, load_finetuned
+from bertology.train.heads import evaluate, head_for, load_finetuned
 from bertology.train.loop import FinetuneResult, Hyper, finetune
 
-__all__ = ["FinetuneResult", "Hyper", "evaluate", "finetune", "load_finetuned"]
+__all__ = ["FinetuneResult", "Hyper", "evaluate", "finetune", "head_for", "load_finetuned"]

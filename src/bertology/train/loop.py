@@ -1,10 +1,13 @@
-"""Full fine-tuning of a sequence classifier: the whole loop, readable in one sitting.
+"""Fine-tuning, for every task kind: the whole loop, readable in one sitting.
 
 AdamW (no weight decay on biases and LayerNorm weights) with a linear schedule and warmup, gradient
-clipping, bf16 autocast on CUDA, length-grouped batches padded per batch. The training seed decides the
-classifier head's initialisation, dropout and the data order. After every epoch each eval split is
-evaluated; the best epoch (by the task's primary metric on the first eval split) is kept on the CPU and
-saved at the end, with the tokenizer, as an HF directory.
+clipping, bf16 autocast on CUDA, length-grouped batches padded per batch; the task's head
+(bertology.train.heads) turns rows into model inputs and scores evaluation splits. The training seed
+decides the head's initialisation, dropout, MLM masks and the data order. Every eval split is evaluated
+after every epoch, and also every `eval_every` steps (and before the first step) when that is set, as the
+forgetting curve needs; a `monitor` (the activation distance to a native model) runs at the same points.
+The best point (by the task's primary metric on the first eval split; lower is better for perplexity) is
+kept on the CPU and saved at the end, with the tokenizer, as an HF directory.
 
 The loop never waits for the GPU between steps: the loss is summed on the device and read only at
 logging points, so the host queues the next batch while the GPU works.
@@ -26,14 +29,18 @@ from pathlib import Path
 
 import pyarrow as pa
 import torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, get_linear_schedule_with_warmup
+from transformers import AutoTokenizer, get_linear_schedule_with_warmup
 
-from bertology.data import Encoded, collate, length_grouped_batches
+from bertology.data import Encoded, length_grouped_batches
 from bertology.errors import BadInput
 from bertology.tasks import Task
 from bertology.train import regimes
-from bertology.train.evaluate import autocast, evaluate, pad_id, pick_device, to_device
+from bertology.train.device import autocast, pick_device, to_device
+from bertology.train.heads import head_for
 from bertology.train.state import StateSink, rng_state, set_rng_state, snapshot
+
+# What a monitor returns at each evaluation point: rows that the loop stamps with epoch and step.
+Monitor = Callable[[torch.nn.Module], list[dict]]
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,7 @@ class Hyper:
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     eval_batch_size: int = 128
+    eval_every: int = 0  # steps between evaluations besides each epoch's end (and one before training); 0: none
     checkpoint_every: int = 1000  # steps between resume states (when a StateSink is given); 0: none
     compile: bool = False  # torch.compile(dynamic=True): fewer kernel launches on a GPU, slow to start
     schedule: regimes.Schedule = field(default_factory=regimes.Schedule)  # which parameters train when
@@ -52,7 +60,8 @@ class Hyper:
     EXECUTION = ("checkpoint_every", "compile")  # how the loop runs, not what it computes
 
     def __post_init__(self):
-        for name, low in (("batch_size", 1), ("epochs", 1), ("eval_batch_size", 1), ("checkpoint_every", 0)):
+        for name, low in (("batch_size", 1), ("epochs", 1), ("eval_batch_size", 1), ("eval_every", 0),
+                          ("checkpoint_every", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise BadInput(f"{name} must be an integer >= {low}, got {value!r}")
@@ -68,9 +77,11 @@ class Hyper:
 
 @dataclass
 class FinetuneResult:
-    best_epoch: int  # 1-based
-    best_metrics: dict[str, float]  # "<split>/<metric>" at the best epoch
-    curves: list[dict] = field(default_factory=list)  # one row per epoch
+    best_epoch: int  # 1-based: the epoch of the best evaluation point
+    best_metrics: dict[str, float]  # "<split>/<metric>" at the best evaluation point
+    curves: list[dict] = field(default_factory=list)  # one row per evaluation point
+    monitor: list[dict] = field(default_factory=list)  # the monitor's rows, stamped with epoch and step
+    best_step: int = 0
     wall_seconds: float = 0.0
     train_seconds: float = 0.0  # optimisation steps only, without evaluation
     eval_seconds: float = 0.0  # the evaluations after each epoch
@@ -89,12 +100,14 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
 
 
-def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict[str, pa.Table], hp: Hyper,
-             seed: int, out_dir: str | Path, *, device: str | torch.device | None = None,
-             log: Callable[[str], None] = print, state: StateSink | None = None) -> FinetuneResult:
-    """Fine-tune the model in `model_dir` on `train`, evaluate `evals` after every epoch, save the best
-    epoch's model and tokenizer to `out_dir`. With `state`, resume from its newest state and save one
-    every `hp.checkpoint_every` steps."""
+def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp: Hyper, seed: int,
+             out_dir: str | Path, *, device: str | torch.device | None = None,
+             log: Callable[[str], None] = print, state: StateSink | None = None, new_head: bool = False,
+             monitor: Monitor | None = None) -> FinetuneResult:
+    """Fine-tune the model in `model_dir` on `train` (its task head freshly initialised with `new_head`),
+    evaluate `evals` (split -> prepared split) at every evaluation point, save the best point's model and
+    tokenizer to `out_dir`. With `state`, resume from its newest state and save one every
+    `hp.checkpoint_every` steps."""
     started = time.perf_counter()
     device = pick_device(device)
     if not evals:
@@ -102,12 +115,9 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict[str
     if len(train) == 0:
         raise BadInput(f"the {task.name} training set is empty (0 rows)")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    torch.manual_seed(seed)  # the classifier head's initialisation, then dropout
-    # fp32 master weights whatever the checkpoint's dtype (transformers 5 defaults to dtype="auto");
-    # bf16 is only the autocast compute type.
-    model = AutoModelForSequenceClassification.from_pretrained(
-        model_dir, num_labels=task.num_labels, attn_implementation="sdpa", dtype=torch.float32,
-        trust_remote_code=False).to(device)
+    head = head_for(task, tokenizer)
+    torch.manual_seed(seed)  # the task head's initialisation, then dropout
+    model = head.load(model_dir, new_head=new_head, device=device)
     hp.schedule.check(model.config.num_hidden_layers)
     # Fused AdamW: one kernel per step on CUDA, and faster than the per-tensor loop on CPU too.
     optimizer = torch.optim.AdamW(param_groups(model, hp.weight_decay), lr=hp.lr, fused=True)
@@ -122,10 +132,12 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict[str
 
     # What a resume state must have been made by: everything that decides the result.
     identity = {**{k: v for k, v in dataclasses.asdict(hp).items() if k not in Hyper.EXECUTION},
-                "seed": seed, "num_train": len(examples), "num_labels": task.num_labels}
+                "seed": seed, "num_train": len(examples), "task": task.name, "new_head": new_head,
+                "monitor": monitor is not None}
     step, train_seconds, eval_seconds = 0, 0.0, 0.0
-    curves, best_state, best_epoch = [], None, 0
-    start_epoch, start_batch, epoch_loss = 1, 0, torch.zeros((), device=device)
+    curves, monitored, best_state, best = [], [], None, None
+    start_epoch, start_batch = 1, 0
+    loss_sum, loss_steps = torch.zeros((), device=device), 0  # since the last evaluation point
     saved = state.load() if state is not None else None
     if saved is not None and saved.get("identity") != identity:
         log(f"resume state was made by another configuration ({saved.get('identity')}); ignored")
@@ -135,14 +147,43 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict[str
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         step, train_seconds, eval_seconds = saved["step"], saved["train_seconds"], saved["eval_seconds"]
-        curves, best_state, best_epoch = saved["curves"], saved["best_state"], saved["best_epoch"]
-        start_epoch, start_batch, epoch_loss = saved["epoch"], saved["batch"], saved["epoch_loss"].to(device)
+        curves, monitored, best_state, best = saved["curves"], saved["monitor"], saved["best_state"], saved["best"]
+        start_epoch, start_batch = saved["epoch"], saved["batch"]
+        loss_sum, loss_steps = saved["loss_sum"].to(device), saved["loss_steps"]
         started -= saved["elapsed"]
         set_rng_state(saved["rng"])
         log(f"resuming at step {step}/{total_steps} (epoch {start_epoch}, batch {start_batch})")
     if hp.compile:
         model.compile(dynamic=True)  # in place: state_dict keys stay those of the plain model
 
+    def evaluation_point(epoch: int) -> None:
+        """Evaluate every split (and the monitor) now; keep the weights when this is the best point."""
+        nonlocal eval_seconds, best, best_state, loss_sum, loss_steps
+        eval_start = time.perf_counter()
+        row = {"epoch": epoch, "step": step,
+               "train_loss": loss_sum.item() / loss_steps if loss_steps else None,  # .item(): the host sync
+               "lr": scheduler.get_last_lr()[0]}
+        loss_sum, loss_steps = torch.zeros((), device=device), 0
+        for split, data in evals.items():
+            split_metrics, _ = head.evaluate(model, data, batch_size=hp.eval_batch_size, device=device)
+            row.update({f"{split}/{name}": value for name, value in split_metrics.items()})
+        if monitor is not None:
+            monitored.extend({"epoch": epoch, "step": step, **r} for r in monitor(model))
+        eval_seconds += time.perf_counter() - eval_start
+        row["seconds"] = time.perf_counter() - started
+        curves.append(row)
+        # The point before any training step is a reference on the curve, never the result.
+        improved = step > 0 and (best is None or (row[primary] < curves[best][primary] if task.lower_is_better
+                                                  else row[primary] > curves[best][primary]))
+        if improved:
+            best = len(curves) - 1
+            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        loss = "" if row["train_loss"] is None else f"train_loss {row['train_loss']:.4f} "
+        log(f"epoch {epoch} step {step}: {loss}" + " ".join(f"{k} {v:.4f}" for k, v in row.items() if "/" in k)
+            + (" (best)" if improved else ""))
+
+    if hp.eval_every and not curves:
+        evaluation_point(start_epoch)
     for epoch in range(start_epoch, hp.epochs + 1):
         model.train()
         trainable = regimes.apply(model, hp.schedule, epoch)
@@ -151,12 +192,10 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict[str
                 + ", ".join(f"{k} {v:,}" for k, v in trainable.items()) + " parameters")
         epoch_start = time.perf_counter()
         first = start_batch if epoch == start_epoch else 0
-        if first == 0:
-            epoch_loss = torch.zeros((), device=device)
         window_loss, window_steps, window_start, window_seqs = torch.zeros((), device=device), 0, epoch_start, 0
         batches = length_grouped_batches(examples.lengths, hp.batch_size, seed=(seed, epoch))
         for i, batch_rows in enumerate(batches[first:], start=first):
-            batch = to_device(collate(examples.rows(batch_rows), pad_id(model)), device)
+            batch = to_device(head.train_inputs(examples, batch_rows, model, key=(seed, epoch, i)), device)
             with autocast(device):
                 loss = model(**batch).loss
             loss.backward()
@@ -164,9 +203,9 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict[str
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            epoch_loss += loss.detach()
+            loss_sum += loss.detach()
             window_loss += loss.detach()
-            window_steps, window_seqs, step = window_steps + 1, window_seqs + len(batch_rows), step + 1
+            loss_steps, window_steps, window_seqs, step = loss_steps + 1, window_steps + 1, window_seqs + len(batch_rows), step + 1
             if (i + 1) % log_every == 0 or i + 1 == steps_per_epoch:
                 mean_loss = window_loss.item() / window_steps  # .item() is the host sync
                 now = time.perf_counter()
@@ -174,44 +213,35 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict[str
                     f"lr {scheduler.get_last_lr()[0]:.2e} {window_seqs / (now - window_start):.1f} seq/s")
                 window_loss.zero_()
                 window_steps, window_start, window_seqs = 0, now, 0
+            if i + 1 == steps_per_epoch or (hp.eval_every and step % hp.eval_every == 0):
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                paused = time.perf_counter()
+                train_seconds += paused - epoch_start
+                evaluation_point(epoch)
+                model.train()
+                epoch_start = time.perf_counter()  # training time excludes evaluation
             if state is not None and hp.checkpoint_every and step % hp.checkpoint_every == 0:
                 now = time.perf_counter()
                 state.save({  # best_state is a CPU copy already, never modified in place
                     **snapshot({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                "scheduler": scheduler.state_dict(), "epoch_loss": epoch_loss, "rng": rng_state(),
-                                "curves": curves}),
-                    "identity": identity, "step": step, "epoch": epoch, "batch": i + 1,
-                    "best_epoch": best_epoch, "best_state": best_state,
+                                "scheduler": scheduler.state_dict(), "loss_sum": loss_sum, "rng": rng_state(),
+                                "curves": curves, "monitor": monitored}),
+                    "identity": identity, "step": step, "epoch": epoch, "batch": i + 1, "loss_steps": loss_steps,
+                    "best": best, "best_state": best_state,
                     "train_seconds": train_seconds + now - epoch_start, "eval_seconds": eval_seconds,
                     "elapsed": now - started})
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        train_seconds += time.perf_counter() - epoch_start
-
-        eval_start = time.perf_counter()
-        row = {"epoch": epoch, "step": step, "train_loss": epoch_loss.item() / steps_per_epoch,
-               "lr": scheduler.get_last_lr()[0]}
-        for split, table in evals.items():
-            split_metrics, _ = evaluate(model, task, table, batch_size=hp.eval_batch_size, device=device)
-            row.update({f"{split}/{name}": value for name, value in split_metrics.items()})
-        eval_seconds += time.perf_counter() - eval_start
-        row["seconds"] = time.perf_counter() - started
-        curves.append(row)
-        improved = best_state is None or row[primary] > curves[best_epoch - 1][primary]
-        if improved:
-            best_epoch = epoch
-            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        log(f"epoch {epoch}: train_loss {row['train_loss']:.4f} "
-            + " ".join(f"{k} {v:.4f}" for k, v in row.items() if "/" in k) + (" (best)" if improved else ""))
 
     model.load_state_dict(best_state)
     model.save_pretrained(out_dir)  # safetensors (the default since transformers 4.35, the only format in 5)
     tokenizer.save_pretrained(out_dir)
-    best = curves[best_epoch - 1]
+    point = curves[best]
     return FinetuneResult(
-        best_epoch=best_epoch,
-        best_metrics={k: v for k, v in best.items() if "/" in k},
+        best_epoch=point["epoch"],
+        best_step=point["step"],
+        best_metrics={k: v for k, v in point.items() if "/" in k},
         curves=curves,
+        monitor=monitored,
         wall_seconds=time.perf_counter() - started,
         train_seconds=train_seconds,
         eval_seconds=eval_seconds,

@@ -1,0 +1,25 @@
+"""Where the model runs and in which precision: the GPU when there is one, bf16 autocast on it."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def pick_device(device: str | torch.device | None) -> torch.device:
+    """`device`, or the GPU when there is one."""
+    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on CUDA (the loss and softmax stay fp32); plain fp32 on CPU."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
+def to_device(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    """NumPy batch arrays as tensors on `device` (int64 ids, float32 regression targets)."""
+    tensors = {k: torch.from_numpy(v.astype(np.float32 if v.dtype.kind == "f" else np.int64, copy=False))
+               for k, v in batch.items()}
+    if device.type == "cuda":  # pinned memory lets the copy overlap the previous step's kernels
+        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in tensors.items()}
+    return {k: v.to(device) for k, v in tensors.items()}

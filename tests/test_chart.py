@@ -1,0 +1,268 @@
+"""The Helm chart, rendered by the real helm binary: it installs workflows/templates unchanged except for
+the values it documents, refuses bad values and unsafe steps, and grants the executor nothing more.
+
+The expectation is built from the library files and the values by the chart's documented rules
+(templates/workflow-templates.yaml), so a change on either side is caught.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CHART = REPO / "charts" / "bertology"
+LIBRARY = REPO / "workflows" / "templates"
+HELM = shutil.which("helm", path=str(Path(sys.executable).parent)) or shutil.which("helm")
+
+pytestmark = pytest.mark.skipif(HELM is None, reason="helm is not installed (`make lint` puts it in .venv/bin)")
+
+CUSTOM = {
+    "images": {
+        "train": {"repository": "registry.example/ml/train", "tag": "2.0.1", "pullPolicy": "Always"},
+        "cpu": {"repository": "registry.example/ml/cpu", "tag": "2.0.1-cpu", "pullPolicy": "Never"},
+    },
+    "gpu": {
+        "count": 2,
+        "resourceName": "amd.com/gpu",
+        "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
+        "concurrency": 7,
+    },
+    "store": {"uri": "s3://studies/store", "endpointUrl": "http://minio.storage:9000"},
+    "s3": {"secretName": "studies-s3"},
+    "serviceAccount": {"name": "studies-runner"},
+}
+
+
+def helm_template(*args: str, chart: Path = CHART) -> subprocess.CompletedProcess:
+    """`helm template` of release `bertology` from a chart directory or package."""
+    return subprocess.run([HELM, "template", "bertology", str(chart), *args], check=False,
+                          capture_output=True, text=True, timeout=60)
+
+
+def render(*args: str, chart: Path = CHART) -> list[dict]:
+    result = helm_template("--namespace", "studies", *args, chart=chart)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def unshared(doc: dict) -> dict:
+    """The document with every YAML alias a separate copy (safe_load shares them), as Argo reads it."""
+    return json.loads(json.dumps(doc))
+
+
+def library() -> dict[str, dict]:
+    docs = [unshared(d) for p in sorted(LIBRARY.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
+    return by_kind(docs, "WorkflowTemplate")
+
+
+def chart_values(overrides: dict | None = None) -> dict:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for key, section in (overrides or {}).items():
+        values[key] = {**values[key], **section}
+    return values
+
+
+def expected(doc: dict, values: dict, labels: dict) -> dict:
+    """A library document as the chart must install it under `values` (the documented rules)."""
+    doc = unshared(doc)
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    doc["metadata"]["labels"] = {**labels, **doc["metadata"].get("labels", {})}
+    for template in doc["spec"]["templates"]:
+        container = template.get("container")
+        if container is None:
+            continue
+        name = container["image"].rsplit("/", 1)[1].split(":")[0].removeprefix("bertology-")
+        image = values["images"][name]
+        container["image"] = f"{image['repository']}:{image['tag'] or app_version}"
+        container["imagePullPolicy"] = image["pullPolicy"]
+        for env in container.get("env", []):
+            ref = env.get("valueFrom", {}).get("secretKeyRef")
+            if ref and ref["name"] == "bertology-s3":
+                ref["name"] = values["s3"]["secretName"]
+        amounts = container.get("resources", {})
+        if any("nvidia.com/gpu" in amounts.get(k, {}) for k in ("requests", "limits")):
+            for k in ("requests", "limits"):
+                del amounts[k]["nvidia.com/gpu"]
+                amounts[k][values["gpu"]["resourceName"]] = str(values["gpu"]["count"])
+            if values["gpu"]["nodeSelector"]:
+                template["nodeSelector"] = {**template.get("nodeSelector", {}), **values["gpu"]["nodeSelector"]}
+            template["tolerations"] = template.get("tolerations", []) + values["gpu"]["tolerations"]
+        template["serviceAccountName"] = values["serviceAccount"]["name"]
+    return doc
+
+
+def gpu_templates(doc: dict) -> set[str]:
+    return {t["name"] for t in doc["spec"]["templates"]
+            if "nvidia.com/gpu" in t.get("container", {}).get("resources", {}).get("limits", {})}
+
+
+@pytest.fixture(scope="module")
+def default_docs() -> list[dict]:
+    return render()
+
+
+@pytest.fixture(scope="module")
+def custom_docs(tmp_path_factory) -> list[dict]:
+    path = tmp_path_factory.mktemp("values") / "custom.yaml"
+    path.write_text(yaml.safe_dump(CUSTOM))
+    return render("-f", str(path))
+
+
+def test_default_render_is_the_library_plus_labels_pull_policy_and_service_account(default_docs):
+    installed = by_kind(default_docs, "WorkflowTemplate")
+    labels = by_kind(default_docs, "ServiceAccount")["bertology"]["metadata"]["labels"]
+    assert installed.keys() == library().keys() and installed
+    for name, doc in library().items():
+        assert installed[name] == expected(doc, chart_values(), labels)
+        # the defaults change nothing the library says: the same images and GPU requests
+        for ours, theirs in zip(installed[name]["spec"]["templates"], doc["spec"]["templates"]):
+            assert ours.get("container", {}).get("image") == theirs.get("container", {}).get("image")
+            assert ours.get("container", {}).get("resources") == theirs.get("container", {}).get("resources")
+
+
+def test_argo_expressions_come_out_verbatim(default_docs, custom_docs):
+    def expressions(docs):
+        text = yaml.safe_dump(list(docs), sort_keys=True)
+        return sorted(re.findall(r"\{\{.*?\}\}", text))
+
+    source = expressions(library().values())
+    assert source
+    assert expressions(by_kind(default_docs, "WorkflowTemplate").values()) == source
+    assert expressions(by_kind(custom_docs, "WorkflowTemplate").values()) == source
+
+
+def test_custom_values_reach_every_place_they_must(custom_docs):
+    installed = by_kind(custom_docs, "WorkflowTemplate")
+    labels = by_kind(custom_docs, "ServiceAccount")["studies-runner"]["metadata"]["labels"]
+    for name, doc in library().items():
+        assert installed[name] == expected(doc, chart_values(CUSTOM), labels)
+        gpu = gpu_templates(doc)
+        assert gpu, "the library has GPU steps"
+        pulls = {t["container"]["image"]: t["container"]["imagePullPolicy"]
+                 for t in installed[name]["spec"]["templates"] if "container" in t}
+        assert pulls == {"registry.example/ml/train:2.0.1": "Always", "registry.example/ml/cpu:2.0.1-cpu": "Never"}
+        for template in installed[name]["spec"]["templates"]:
+            container = template.get("container")
+            if container is None:
+                continue
+            assert template["serviceAccountName"] == "studies-runner"
+            secrets = {e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]
+                       if "secretKeyRef" in e.get("valueFrom", {})}
+            assert secrets == {"studies-s3"}
+            if template["name"] in gpu:
+                assert container["image"] == "registry.example/ml/train:2.0.1"
+                for amounts in (container["resources"]["requests"], container["resources"]["limits"]):
+                    assert amounts["amd.com/gpu"] == "2" and "nvidia.com/gpu" not in amounts
+                assert template["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+                assert template["tolerations"][-1] == CUSTOM["gpu"]["tolerations"][0]
+            else:
+                assert "amd.com/gpu" not in str(container.get("resources"))
+                assert "nodeSelector" not in template and "dedicated" not in str(template.get("tolerations"))
+
+
+def test_rendered_library_under_custom_values_is_strictly_valid_argo_for_every_study(custom_docs, tmp_path):
+    from bertology.argo.validate import validate_file
+
+    rendered = tmp_path / "templates" / "chart.yaml"
+    rendered.parent.mkdir()
+    rendered.write_text(yaml.safe_dump_all(list(by_kind(custom_docs, "WorkflowTemplate").values())))
+    studies = sorted((REPO / "workflows").glob("*.yaml"))
+    assert studies
+    for path in [rendered, *studies]:
+        assert validate_file(path, rendered.parent) == [], path
+
+
+def test_config_maps_carry_the_store_endpoint_and_gpu_semaphore(default_docs, custom_docs):
+    default, custom = by_kind(default_docs, "ConfigMap"), by_kind(custom_docs, "ConfigMap")
+    assert default["bertology-config"]["data"] == {"store": chart_values()["store"]["uri"]}
+    assert custom["bertology-config"]["data"] == {"store": "s3://studies/store",
+                                                  "AWS_ENDPOINT_URL": "http://minio.storage:9000"}
+    assert default["bertology-semaphores"]["data"] == {"gpu": str(chart_values()["gpu"]["concurrency"])}
+    assert custom["bertology-semaphores"]["data"] == {"gpu": "7"}
+
+
+def test_rbac_grants_the_executor_exactly_its_task_results(custom_docs):
+    kinds = sorted(d["kind"] for d in custom_docs)
+    assert kinds == sorted(["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "ConfigMap",
+                            *["WorkflowTemplate"] * len(library())])
+    (role,) = by_kind(custom_docs, "Role").values()
+    assert role["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
+                              "verbs": ["create", "patch"]}]
+    (binding,) = by_kind(custom_docs, "RoleBinding").values()
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "studies-runner", "namespace": "studies"}]
+    assert set(by_kind(custom_docs, "ServiceAccount")) == {"studies-runner"}
+
+
+def test_every_step_pod_is_non_root_with_a_read_only_root_filesystem(default_docs):
+    pods = [t for d in by_kind(default_docs, "WorkflowTemplate").values()
+            for t in d["spec"]["templates"] if "container" in t]
+    assert pods
+    for template in pods:
+        assert template["securityContext"]["runAsNonRoot"] is True, template["name"]
+        assert template["container"]["securityContext"]["readOnlyRootFilesystem"] is True, template["name"]
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("gpu.count=abc", "at '/gpu/count': got string, want integer"),
+    ("gpu.count=0", "at '/gpu/count': minimum: got 0, want 1"),
+    ("colour=blue", "additional properties 'colour' not allowed"),
+    ("images.cpu.pullPolicy=Sometimes", "at '/images/cpu/pullPolicy': value must be one of"),
+    ("store.uri=file:///data", "at '/store/uri': 'file:///data' does not match pattern"),
+])
+def test_schema_rejects_bad_values_by_name(setting, message):
+    result = helm_template("--set", setting)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def _chart_with_library(tmp_path: Path, change) -> Path:
+    """A copy of the chart whose symlinked library is a changed copy of workflows/templates."""
+    shutil.copytree(CHART, tmp_path / "charts" / "bertology", symlinks=True)
+    shutil.copytree(LIBRARY, tmp_path / "workflows" / "templates")
+    steps = tmp_path / "workflows" / "templates" / "steps.yaml"
+    doc = unshared(yaml.safe_load(steps.read_text()))
+    change({t["name"]: t for t in doc["spec"]["templates"]})
+    steps.write_text(yaml.safe_dump(doc))
+    return tmp_path / "charts" / "bertology"
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t["finetune"]["container"]["securityContext"].update(readOnlyRootFilesystem=False),
+     "steps.yaml: template finetune: container.securityContext.readOnlyRootFilesystem must be true"),
+    (lambda t: t["plan"]["securityContext"].pop("runAsNonRoot"),
+     "steps.yaml: template plan: securityContext.runAsNonRoot must be true"),
+    (lambda t: t["analyze"]["container"].update(image="ghcr.io/bertology/bertology-tpu:0.1.0"),
+     "steps.yaml: template analyze: image ghcr.io/bertology/bertology-tpu:0.1.0 is not"),
+])
+def test_unsafe_or_unplaceable_library_steps_fail_the_render_by_name(tmp_path, change, message):
+    result = helm_template(chart=_chart_with_library(tmp_path, change))
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_packaged_chart_holds_the_library_contents_and_renders_the_same(tmp_path, default_docs):
+    result = subprocess.run([HELM, "package", str(CHART), "--destination", str(tmp_path)], check=False,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    (package,) = tmp_path.glob("bertology-*.tgz")
+    with tarfile.open(package) as archive:
+        for path in LIBRARY.glob("*.yaml"):
+            member = archive.getmember(f"bertology/workflow-templates/{path.name}")
+            assert member.isfile() and archive.extractfile(member).read() == path.read_bytes()
+    assert render(chart=package) == default_docs
