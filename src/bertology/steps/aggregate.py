@@ -1,8 +1,11 @@
 """aggregate: the study's table in its report's layout, from the published results (Polars, CPU only).
 
-Rows are (model, task, eval split: MNLI has two), columns the study's variants in their order, each cell `mean ± sd (n)` over the
-training seeds of the primary metric. Runs the plan expected but that have no result are listed, never
-dropped silently. Writes `studies/<name>/<study-id>/tables/main.parquet` (long form) and `report.md`.
+Rows are (model, task, eval split: MNLI has two), columns the study's variants in their order, each cell
+`mean ± sd (n)` over the training seeds of the primary metric; a second table gives each variant's
+difference from the unmodified model and the paired t-test's p-value over the seeds both ran
+(bertology.results.stats, which also gives the bootstrap 95% interval kept in the long form). Runs the
+plan expected but that have no result are listed, never dropped silently. Writes
+`studies/<name>/<study-id>/tables/main.parquet` (long form) and `report.md`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import logging
 import polars as pl
 
 from bertology.errors import BadInput
+from bertology.results import stats
 from bertology.results.tables import results_key
 from bertology.spec import Cell
 from bertology.steps.harness import require_spec
@@ -20,12 +24,28 @@ from bertology.store import Store
 log = logging.getLogger("bertology")
 
 
-def summarise(runs: pl.DataFrame) -> pl.DataFrame:
-    """Mean, sample sd and n of the primary metric per (model, task, variant)."""
-    return (runs.filter(pl.col("primary"))
-            .group_by("model", "task", "variant", "split", "metric", maintain_order=True)
-            .agg(pl.col("value").mean().alias("mean"), pl.col("value").std(ddof=1).alias("sd"),
-                 pl.len().alias("n"), pl.col("seed").sort().alias("seeds")))
+ROWS = ("model", "task", "split", "metric")
+
+
+def summarise(runs: pl.DataFrame, baseline: str | None = None) -> pl.DataFrame:
+    """Per (model, task, split, metric, variant) of the primary metric: mean, sample sd, n, the bootstrap
+    95% interval, and against `baseline` (the unmodified model) the difference and paired p-value."""
+    return stats.summarize(runs.lazy().filter(pl.col("primary")), by=ROWS, baseline=baseline)
+
+
+def versus_baseline(summary: pl.DataFrame, variants: list[str], baseline: str) -> pl.DataFrame:
+    """Each other variant's `Δ (p=…)` against the baseline, in the report's layout."""
+    others = [v for v in variants if v != baseline]
+    text = summary.filter(pl.col("variant") != baseline).with_columns(
+        pl.struct("delta", "p_value").map_elements(
+            lambda s: "—" if s["delta"] is None else
+            f"{s['delta']:+.3f}" + ("" if s["p_value"] is None else f" (p={s['p_value']:.3g})"),
+            return_dtype=pl.String).alias("cell"))
+    wide = text.pivot(on="variant", index=list(ROWS), values="cell")
+    for v in others:
+        if v not in wide.columns:
+            wide = wide.with_columns(pl.lit("—").alias(v))
+    return wide.select(*ROWS, *others).fill_null("—")
 
 
 def layout(summary: pl.DataFrame, variants: list[str], expected_n: int) -> pl.DataFrame:
@@ -70,9 +90,10 @@ def aggregate(store: Store, name: str, study_id: str) -> str:
     if not frames:
         raise BadInput(f"study '{name}' has no finished runs in {store.uri} ({len(cells)} expected)")
     runs = pl.concat(frames, how="vertical_relaxed")
-    summary = summarise(runs)
     spec = plan["spec"]
     variants = [v["name"] for v in spec["variants"]]
+    baseline = next((v["name"] for v in spec["variants"] if not v.get("interventions")), None)
+    summary = summarise(runs, baseline)
     table = layout(summary, variants, expected_n=len(spec["seeds"]))
 
     store.write_parquet(f"{base}/tables/main.parquet", summary.with_columns(
@@ -83,6 +104,10 @@ def aggregate(store: Store, name: str, study_id: str) -> str:
              f"{spec['regime']['epochs']} epochs, max length {spec['max_length']}); data source `{spec['source']}`."),
              "Each cell: mean ± sample sd of the primary metric over training seeds (n runs).", "",
              markdown(table), ""]
+    if baseline is not None and len(variants) > 1:
+        note = (f"Difference from `{baseline}` (mean over seeds) and the paired t-test's p-value over the seeds "
+                "both ran (none with fewer than two).")
+        lines += [note, "", markdown(versus_baseline(summary, variants, baseline)), ""]
     if missing:
         lines += [f"**Missing runs ({len(missing)} of {len(cells)}):**", ""]
         lines += [f"- {c.variant} / {c.model} / {c.run.dataset.task} / seed {c.run.seed}: run {c.run.id}"
