@@ -14,6 +14,7 @@ from pathlib import Path
 import boto3
 import polars as pl
 import pytest
+import yaml
 
 from bertology.results import SCHEMA_VERSION, scan
 
@@ -32,8 +33,12 @@ def test_every_workflow_runs_end_to_end_with_the_tiny_preset(workflow, tmp_path,
     store = tmp_path / "store"
     done = bertology("run", str(workflow), "-p", "preset=tiny", "--store", str(store), env=subprocess_env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "| model | task | split | metric |" in done.stdout
-    assert (store / "results" / "runs").is_dir()
+    params = {p["name"]: p["value"] for p in yaml.safe_load(workflow.read_text())["spec"]["arguments"]["parameters"]}
+    variants = [v["name"] for v in json.loads(params["variants"])]
+    assert "| model | task | split | metric | " + " | ".join(variants) + " |" in done.stdout
+    runs = scan(str(store), "runs", study=params["study"]).filter(pl.col("primary")).collect()
+    assert set(runs["variant"]) == set(variants) and set(runs["model"]) == {"tiny:bert"}
+    assert "models:" in done.stdout + done.stderr  # the preset says which stand-ins replace the report's models
 
 
 def test_reversed_layers_tiny_results_and_rerun(tmp_path, subprocess_env):

@@ -50,15 +50,19 @@ def _damaged(tmp_path: Path, study: str, change) -> list[str]:
     templates = tmp_path / "templates"
     shutil.copytree(TEMPLATES, templates)
     docs = {"study": load_documents(WORKFLOWS / study)[0],
+            "dag": load_documents(TEMPLATES / "study.yaml")[0],
             "steps": load_documents(TEMPLATES / "steps.yaml")[0]}
     change(docs)
     (tmp_path / study).write_text(yaml.safe_dump(docs["study"], sort_keys=False))
+    (templates / "study.yaml").write_text(yaml.safe_dump(docs["dag"], sort_keys=False))
     (templates / "steps.yaml").write_text(yaml.safe_dump(docs["steps"], sort_keys=False))
-    return validate_file(tmp_path / study, templates) + validate_file(templates / "steps.yaml", templates)
+    return (validate_file(tmp_path / study, templates) + validate_file(templates / "study.yaml", templates)
+            + validate_file(templates / "steps.yaml", templates))
 
 
 def _task(docs, name):
-    return next(t for t in docs["study"]["spec"]["templates"][0]["dag"]["tasks"] if t["name"] == name)
+    """A task of the study DAG every study Workflow runs (templates/study.yaml)."""
+    return next(t for t in docs["dag"]["spec"]["templates"][0]["dag"]["tasks"] if t["name"] == name)
 
 
 def _step(docs, name):
