@@ -1,4 +1,4 @@
-"""Masked-LM corpora: readers, seeded subsets, tokenization, BERT's masking, fixed evaluation masks,
+"""Masked-LM corpora: readers, tokenization, BERT's masking, fixed evaluation masks,
 perplexity, and the synthetic two-language corpus."""
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from bertology.tasks.corpora import (
     from_hub_text,
     from_hub_xnli,
     mask_tokens,
-    perplexity,
     read_lines,
     read_xnli_tsv,
     tokenize_corpus,
 )
 from bertology.tasks.synthetic import corpus
+from bertology.train.heads import perplexity
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -35,17 +35,12 @@ def summarise(runs: pl.DataFrame, baseline: str | None = None) -> pl.DataFrame:
 
 def versus_baseline(summary: pl.DataFrame, variants: list[str], baseline: str) -> pl.DataFrame:
     """Each other variant's `Δ (p=…)` against the baseline, in the report's layout."""
-    others = [v for v in variants if v != baseline]
     text = summary.filter(pl.col("variant") != baseline).with_columns(
         pl.struct("delta", "p_value").map_elements(
             lambda s: "—" if s["delta"] is None else
             f"{s['delta']:+.3f}" + ("" if s["p_value"] is None else f" (p={s['p_value']:.3g})"),
             return_dtype=pl.String).alias("cell"))
-    wide = text.pivot(on="variant", index=list(ROWS), values="cell")
-    for v in others:
-        if v not in wide.columns:
-            wide = wide.with_columns(pl.lit("—").alias(v))
-    return wide.select(*ROWS, *others).fill_null("—")
+    return _wide(text, [v for v in variants if v != baseline])
 
 
 def layout(summary: pl.DataFrame, variants: list[str], expected_n: int) -> pl.DataFrame:
@@ -57,13 +52,18 @@ def layout(summary: pl.DataFrame, variants: list[str], expected_n: int) -> pl.Da
         flag = "" if n == expected_n else f" of {expected_n}"
         return f"{mean:.3f} ± {sd_text} (n={n}{flag})"
 
-    text = summary.with_columns(pl.struct("mean", "sd", "n").map_elements(
-        lambda s: cell(s["mean"], s["sd"], s["n"]), return_dtype=pl.String).alias("cell"))
-    wide = text.pivot(on="variant", index=["model", "task", "split", "metric"], values="cell")
+    return _wide(summary.with_columns(pl.struct("mean", "sd", "n").map_elements(
+        lambda s: cell(s["mean"], s["sd"], s["n"]), return_dtype=pl.String).alias("cell")), variants)
+
+
+def _wide(cells: pl.DataFrame, variants: list[str]) -> pl.DataFrame:
+    """`cell` texts pivoted to one row per (model, task, split, metric) and one column per variant, in
+    the given order; a variant without a result shows "—"."""
+    wide = cells.pivot(on="variant", index=list(ROWS), values="cell")
     for v in variants:
         if v not in wide.columns:
             wide = wide.with_columns(pl.lit("—").alias(v))
-    return wide.select("model", "task", "split", "metric", *variants).fill_null("—")
+    return wide.select(*ROWS, *variants).fill_null("—")
 
 
 def markdown(df: pl.DataFrame) -> str:

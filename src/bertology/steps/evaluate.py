@@ -27,17 +27,16 @@ def evaluate(store: Store, cell: Cell) -> str:
     if store.is_done(key):
         log.info("run %s: evaluate cached", run.id)
     else:
-        import torch
-
         from bertology import tasks
         from bertology.train import head_for, load_finetuned
+        from bertology.train.device import pick_device
 
         task = tasks.get_task(run.dataset.task)
         head = head_for(task)
         trained = store.read_json(f"{run_key(run.id, 'finetune')}/result.json")
         model_dir = store.local_dir(run_key(run.id, "finetune")) / "model"
         data_dir = store.local_dir(dataset_key(run.dataset.id))
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = pick_device(None)
         model = load_finetuned(model_dir, task, device)
         metric_rows, prediction_tables = [], []
         for split in task.eval_splits:

@@ -5,24 +5,21 @@
 - `tokenize_corpus` makes one unpadded [CLS] … [SEP] sequence per sentence, as an Arrow table.
 - `mask_tokens` is BERT's masking, seeded and in NumPy, so a training step's masks are a pure function of
   the batch and the RNG state (which is what makes a resumed run bit-identical).
-- `fixed_eval_masks` fixes every evaluation sentence's mask once, keyed by (seed, row), and `perplexity`
-  scores a masked-LM on those masks: values compare across steps, checkpoints and subsets of rows.
+- `fixed_eval_masks` fixes every evaluation sentence's mask once, keyed by (seed, row), and
+  `bertology.train.heads.perplexity` scores a masked-LM on those masks: values compare across steps,
+  checkpoints and subsets of rows.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import math
 import os
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
-import torch.nn.functional as F
-from transformers import BertForMaskedLM
 
 from bertology.errors import BadInput
 
@@ -246,81 +243,3 @@ def _flatten(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     lists = column.combine_chunks()
     offsets = lists.offsets.to_numpy()
     return lists.flatten().to_numpy(zero_copy_only=False), offsets - offsets[0]
-
-
-# --- perplexity -------------------------------------------------------------------------------------------
-
-def perplexity(model: BertForMaskedLM, table: pa.Table, *, batch_size: int,
-               device: str | torch.device) -> dict[str, float]:
-    """Perplexity of a masked-LM (already on `device`) on the labelled positions of a table from
-    `fixed_eval_masks`: exp of the mean token cross-entropy.
-
-    Batches are sorted by length and padded per batch; the summed loss stays on the device until one host
-    sync at the end. The MLM head runs only at labelled positions: the vocabulary projection is about half
-    of mBERT's compute per token, and 85% of positions are not scored. The model is scored in eval mode
-    and left in the mode it came in.
-    """
-    if not isinstance(model, BertForMaskedLM):
-        raise BadInput(f"perplexity needs a BertForMaskedLM, got {type(model).__name__}")
-    _require_columns(table, ("input_ids", "token_type_ids", "labels"), "masked corpus table")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise BadInput(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    device = torch.device(device)
-    ids, offsets = _flatten(table.column("input_ids"))
-    token_types, _ = _flatten(table.column("token_type_ids"))
-    labels, _ = _flatten(table.column("labels"))
-    scored_before = np.concatenate([[0], np.cumsum(labels != IGNORE)])
-    scored = scored_before[offsets[1:]] - scored_before[offsets[:-1]]  # labelled positions per row
-    tokens = int(scored.sum())
-    if tokens == 0:
-        raise BadInput(f"no masked tokens to score in {len(table)} rows (expected a table from "
-                       "fixed_eval_masks with at least one maskable token)")
-    rows = np.flatnonzero(scored)
-    order = rows[np.argsort(-np.diff(offsets)[rows], kind="stable")]
-    pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    total = torch.zeros((), dtype=torch.float64, device=device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16,
-                                                    enabled=device.type == "cuda"):
-            for start in range(0, len(order), batch_size):
-                batch = _padded_batch(order[start:start + batch_size], offsets,
-                                      {"input_ids": (ids, pad_id), "token_type_ids": (token_types, 0),
-                                       "labels": (labels, IGNORE)})
-                flat_labels = batch.pop("labels").reshape(-1)
-                positions = np.flatnonzero(flat_labels != IGNORE)  # known on the host: no device sync
-                batch = {k: _to_device(torch.from_numpy(v), device) for k, v in batch.items()}
-                hidden = model.bert(**batch).last_hidden_state
-                hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(
-                    0, _to_device(torch.from_numpy(positions), device))
-                logits = model.cls(hidden)  # the vocabulary projection only where a label is scored
-                target = _to_device(torch.from_numpy(flat_labels[positions]), device)
-                total += F.cross_entropy(logits.float(), target, reduction="sum")
-    finally:
-        model.train(was_training)
-    loss = total.item() / tokens
-    return {"perplexity": math.exp(loss), "loss": loss, "masked_tokens": tokens}
-
-
-def _padded_batch(rows: np.ndarray, offsets: np.ndarray,
-                  columns: dict[str, tuple[np.ndarray, int]]) -> dict[str, np.ndarray]:
-    """The rows' columns padded to the longest row (each with its own pad value), plus attention_mask."""
-    lengths = offsets[rows + 1] - offsets[rows]
-    width = int(lengths.max())
-    inside = np.arange(width) < lengths[:, None]
-    starts = offsets[rows]
-    source = (starts[:, None] + np.arange(width))[inside]
-    batch = {}
-    for name, (values, pad) in columns.items():
-        padded = np.full((len(rows), width), pad, dtype=np.int64)
-        padded[inside] = values[source]
-        batch[name] = padded
-    batch["attention_mask"] = inside.astype(np.int64)
-    return batch
-
-
-def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    if device.type == "cuda":  # pinned memory lets the copy overlap the previous batch's kernels
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)

@@ -136,7 +136,7 @@ def _span_examples(task: Task, kind: str, arg: str, split: str) -> dict[str, lis
         return squad.from_hub(_hub_table(task.hub[0], task.hub[1], split))
     if kind == "files":
         return squad.read_squad_json(parse_files(task, arg)[split])
-    return synthetic_squad.generate(split, size=synthetic.SIZES["train" if split == "train" else "validation"])
+    return synthetic_squad.generate(split, size=synthetic.split_size(split))
 
 
 def _corpus_lines(task: Task, kind: str, arg: str, split: str) -> list[str]:
@@ -144,7 +144,7 @@ def _corpus_lines(task: Task, kind: str, arg: str, split: str) -> list[str]:
     from bertology.tasks.synthetic import corpus as synthetic_corpus
 
     if kind == "synthetic":
-        size = synthetic.SIZES["train" if split == "train" else "validation"]
+        size = synthetic.split_size(split)
         if split == "xnli":  # the other language: what the forgetting curve watches
             return synthetic_corpus.generate("en", "validation", size)
         return synthetic_corpus.generate("nl", split, size)
@@ -208,15 +208,11 @@ def _features(task: Task) -> datasets.Features:
 
 
 def _from_hub(task: Task, split: str) -> dict[str, list]:
-    try:
-        ds = datasets.load_dataset(*task.hub, split=split)
-    except ConnectionError as e:  # the hub is unreachable: worth a retry, not a user error
-        raise Transient(f"cannot reach the hub for {task.hub[0]}/{task.hub[1]}: {e}") from e
-    missing = [c for c in task.hub_columns if c not in ds.column_names]
+    table = _hub_table(task.hub[0], task.hub[1], split)
+    missing = [c for c in task.hub_columns if c not in table.column_names]
     if missing:
         raise BadInput(f"hub dataset {task.hub[0]}/{task.hub[1]} has no column {missing[0]!r} "
-                       f"(has: {', '.join(ds.column_names)})")
-    table = ds.with_format("arrow")[:]
+                       f"(has: {', '.join(table.column_names)})")
     *text_columns, label_column = task.hub_columns
     columns = {field: table.column(col).to_pylist() for field, col in zip(task.text_fields, text_columns)}
     where = f"hub {task.hub[0]}/{task.hub[1]} {split} row"

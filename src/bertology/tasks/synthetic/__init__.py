@@ -41,6 +41,13 @@ from bertology.tasks.synthetic.sentiment import SENTIMENT_WORDS
 # Every evaluation split (MNLI has two) gets the "validation" size.
 SIZES = {"train": 2000, "validation": 400}
 
+
+
+def split_size(split: str) -> int:
+    """How many examples a synthetic split has by default (every evaluation split the "validation" size)."""
+    return SIZES["train" if split == "train" else "validation"]
+
+
 Maker = Callable[[random.Random, str, int], tuple[tuple[str, ...], "int | float"]]
 
 
@@ -69,7 +76,7 @@ GENERATORS: dict[str, Generator] = {
 }
 TASKS = tuple(sorted(GENERATORS))
 
-__all__ = ["ENTITIES", "GENERATORS", "SENTIMENT_WORDS", "SIZES", "TASKS", "generate"]
+__all__ = ["ENTITIES", "GENERATORS", "SENTIMENT_WORDS", "SIZES", "TASKS", "generate", "split_size"]
 
 
 def generate(task: str, split: str, *, size: int | None = None, seed: int = 0) -> dict[str, list]:
@@ -81,7 +88,7 @@ def generate(task: str, split: str, *, size: int | None = None, seed: int = 0) -
     splits = get_task(task).splits
     if split not in splits:
         raise BadInput(f"no synthetic split {split!r} for task {task} (synthetic splits: {', '.join(splits)})")
-    size = SIZES["train" if split == "train" else "validation"] if size is None else size
+    size = split_size(split) if size is None else size
     if isinstance(size, bool) or not isinstance(size, int) or size < 2:
         raise BadInput(f"synthetic size must be an integer >= 2, got {size!r}")
     gen = GENERATORS[task]
