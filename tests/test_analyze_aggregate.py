@@ -9,9 +9,11 @@ import scipy.stats
 import torch
 from safetensors.torch import save_file
 
+from bertology.results.analysis import primary_summary
+from bertology.results.report import delta_table, main_table
 from bertology.results.tables import publish, results_key
 from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Intervention, RunSpec
-from bertology.steps.aggregate import aggregate, layout, summarise, versus_baseline
+from bertology.steps.aggregate import aggregate
 from bertology.steps.analyze import weight_distance
 from bertology.store import open_store
 
@@ -57,16 +59,16 @@ def test_summary_and_layout_are_mean_sd_n_in_variant_order():
     runs = pl.DataFrame({"model": ["m"] * 4, "task": ["rte"] * 4, "variant": ["b", "b", "a", "a"],
                          "split": ["validation"] * 4, "metric": ["accuracy"] * 4, "primary": [True] * 4,
                          "value": [0.5, 0.7, 0.9, 0.9], "seed": [1, 2, 1, 2]})
-    s = summarise(runs, baseline="a")
+    s = primary_summary(runs, baseline="a")
     b = s.filter(pl.col("variant") == "b").row(0, named=True)
     assert b["mean"] == pytest.approx(0.6) and b["sd"] == pytest.approx(math.sqrt(0.02)) and b["n"] == 2
     # paired by seed against a: differences -0.4 and -0.2, so t = -0.3 / (0.1414 / sqrt 2) = -3, 1 dof
     assert b["delta"] == pytest.approx(-0.3) and b["p_value"] == pytest.approx(scipy.stats.ttest_rel(
         [0.5, 0.7], [0.9, 0.9]).pvalue, rel=1e-12)
     assert b["ci_low"] == pytest.approx(0.5) and b["ci_high"] == pytest.approx(0.7)  # resampled means of 2
-    assert versus_baseline(s, ["a", "b"], "a").row(0) == ("m", "rte", "validation", "accuracy",
+    assert delta_table(s, ["a", "b"], "a").row(0) == ("m", "rte", "validation", "accuracy",
                                                           f"-0.300 (p={b['p_value']:.3g})")
-    table = layout(s, ["a", "b", "c"], expected_n=3)
+    table = main_table(s, ["a", "b", "c"], expected_n=3)
     assert table.columns == ["model", "task", "split", "metric", "a", "b", "c"]
     assert table.row(0) == ("m", "rte", "validation", "accuracy", "0.900 ± 0.000 (n=2 of 3)", "0.600 ± 0.141 (n=2 of 3)", "—")
 

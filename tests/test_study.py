@@ -19,7 +19,7 @@ def test_params_are_typed_and_empty_means_default():
     spec, _ = StudySpec.from_params("s", {"lr": "3e-5", "epochs": "2", "tasks": '["rte"]', "seeds": "[7]",
                                           "variants": VARIANTS, "fraction": "", "count": "100"})
     assert spec.regime.lr == 3e-5 and spec.regime.epochs == 2 and spec.tasks == ("rte",)
-    assert spec.count == 100 and spec.fraction is None
+    assert spec.sizes == ((None, 100),)
     assert [v.name for v in spec.variants] == ["pre-trained", "reversed"]
 
 

@@ -169,7 +169,7 @@ def test_the_artifact_row_conforms_to_the_published_results_table(tmp_path):
     _, model_dir = _tokenizer(tmp_path, MODEL_VOCAB, "model")
     row = vocab_overlap.measure(vocab_overlap.VocabSpec(f"dir:{model_dir}", f"dir:{model_dir}"))
     run = RunSpec(CheckpointSpec("tiny:bert"), DatasetSpec("sst2", tokenizer="tiny:bert"))
-    published = with_labels("vocab_overlap", Cell("study", "base", "de", run), row)
+    published = with_labels("vocab_overlap", Cell("study", "base", "de", run).labels(), row)
     assert published.column("model").to_pylist() == ["de"]  # the study's model label replaces the ref
     assert published.column("english_like").to_pylist() == [5]
 

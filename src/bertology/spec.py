@@ -212,7 +212,7 @@ class Regime:
     # fine-tuned model's, per layer, on a fixed batch of 16 sentences (the cross-lingual report's Fig. 1).
     reference: str | None = None
 
-    NAMES = ("full", "freeze", "gradual-unfreeze", "probe")
+    NAMES = ("full", "freeze", "gradual-unfreeze", "probe", "none")
     # The schedule's settings are part of the id, but left out at their defaults, so that ids made
     # before they existed (all `full`) still hold.
     SCHEDULE: ClassVar[dict[str, Any]] = {"train_layers": None, "train_embeddings": False, "unfreeze_per_epoch": 4,

@@ -66,6 +66,7 @@ class Store:
     def read_bytes(self, key: str) -> bytes: raise NotImplementedError
     def write_bytes(self, key: str, data: bytes) -> None: raise NotImplementedError
     def list(self, prefix: str) -> list[str]: raise NotImplementedError
+    def modified(self, key: str) -> float: raise NotImplementedError  # POSIX seconds of the last write
     def delete_prefix(self, prefix: str) -> None: raise NotImplementedError
     def _publish_dir(self, local: Path, prefix: str) -> None: raise NotImplementedError
     def _fetch_dir(self, prefix: str) -> Path: raise NotImplementedError
@@ -148,6 +149,12 @@ class LocalStore(Store):
             return []
         return sorted(str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file())
 
+    def modified(self, key: str) -> float:
+        try:
+            return self._path(key).stat().st_mtime
+        except FileNotFoundError:
+            raise Missing(f"'{self.url(key)}' does not exist") from None
+
     def delete_prefix(self, prefix: str) -> None:
         shutil.rmtree(self._path(prefix), ignore_errors=True)
 
@@ -206,6 +213,10 @@ class S3Store(Store):
     def read_bytes(self, key: str) -> bytes:
         with self._errors(key):
             return self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+
+    def modified(self, key: str) -> float:
+        with self._errors(key):
+            return self.client.head_object(Bucket=self.bucket, Key=self._key(key))["LastModified"].timestamp()
 
     def write_bytes(self, key: str, data: bytes) -> None:
         with self._errors(key):  # a PUT is atomic: readers see the whole object or none

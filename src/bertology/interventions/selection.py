@@ -19,7 +19,7 @@ import re
 
 from transformers import PretrainedConfig
 
-from bertology.errors import BadInput
+from bertology.errors import BadInput, TooSmall
 
 _FORM = re.compile(r"(from|last|every):(-?\d+)")
 _HEAD = re.compile(r"(\d+):(\d+)")
@@ -37,6 +37,9 @@ def layer_indices(value: object, config: PretrainedConfig, what: str, forms: tup
         if not value or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
             raise BadInput(f"{what} {value!r} must be a non-empty list of layer indices; allowed: {allowed}")
         for i in value:
+            if i >= depth:
+                raise TooSmall(f"{what} {value!r}: layer {i} is beyond the model's {depth} layers; "
+                               f"allowed: indices 0..{depth - 1}")
             if not 0 <= i < depth:
                 raise BadInput(f"{what} {value!r}: layer {i} is beyond the model's {depth} layers; "
                                f"allowed: indices 0..{depth - 1}")
@@ -49,18 +52,18 @@ def layer_indices(value: object, config: PretrainedConfig, what: str, forms: tup
     form, k = match.group(1), int(match.group(2))
     if form == "from":
         if not 0 <= k < depth:
-            raise BadInput(f"{what} {value!r}: K={k} is outside the model's {depth} layers; "
+            raise (TooSmall if k >= depth else BadInput)(f"{what} {value!r}: K={k} is outside the model's {depth} layers; "
                            f"allowed: from:0..from:{depth - 1}")
         return list(range(k, depth))
     if depth < 2:
-        raise BadInput(f"{what} {value!r}: the model has {depth} layer, so none can be removed")
+        raise TooSmall(f"{what} {value!r}: the model has {depth} layer, so none can be removed")
     if form == "last":
         if not 1 <= k < depth:
-            raise BadInput(f"{what} {value!r}: K={k} must leave at least one of the model's {depth} layers; "
+            raise (TooSmall if k >= depth else BadInput)(f"{what} {value!r}: K={k} must leave at least one of the model's {depth} layers; "
                            f"allowed: last:1..last:{depth - 1}")
         return list(range(depth - k, depth))
     if not 2 <= k <= depth:
-        raise BadInput(f"{what} {value!r}: N={k} is not allowed for a model of {depth} layers; "
+        raise (TooSmall if k > depth else BadInput)(f"{what} {value!r}: N={k} is not allowed for a model of {depth} layers; "
                        f"allowed: every:2..every:{depth}")
     return [i for i in range(depth) if i % k]
 
@@ -78,10 +81,10 @@ def head_indices(value: object, config: PretrainedConfig, what: str) -> list[tup
             raise BadInput(f"{what} item {item!r} is not a head; allowed: {allowed}")
         layer, head = int(match.group(1)), int(match.group(2))
         if layer >= depth:
-            raise BadInput(f"{what} item {item!r}: layer {layer} is beyond the model's {depth} layers; "
+            raise TooSmall(f"{what} item {item!r}: layer {layer} is beyond the model's {depth} layers; "
                            f"allowed: layer 0..{depth - 1}")
         if head >= heads:
-            raise BadInput(f"{what} item {item!r}: head {head} is beyond the model's {heads} heads per "
+            raise TooSmall(f"{what} item {item!r}: head {head} is beyond the model's {heads} heads per "
                            f"layer; allowed: head 0..{heads - 1}")
         pairs.append((layer, head))
     if len(set(pairs)) != len(pairs):

@@ -16,7 +16,7 @@ import pyarrow as pa
 from bertology.spec import Cell
 from bertology.store import Store, open_store
 
-SCHEMA_VERSION = 2  # 2: `intermediate` label, predictions' `text`, activation_distance
+SCHEMA_VERSION = 3  # 2: `intermediate` label, predictions' `text`, activation_distance; 3: model_profile
 
 # The label columns every table carries, in this order, before its own columns.
 LABELS = pa.schema([
@@ -56,6 +56,13 @@ TABLES: dict[str, pa.Schema] = {
         ("module", pa.string()), ("layer", pa.int64()), ("l2", pa.float64()), ("rel_l2", pa.float64()),
         ("n_params", pa.int64()),
     ]),
+    # one row per run: the fine-tuned model's size and measured inference speed (layer-removal, Table 7);
+    # intervention_cpu_seconds: what building the checkpoint cost ("cost to make"), null if not recorded
+    "model_profile": pa.schema([
+        ("n_params", pa.int64()), ("encoder_params", pa.int64()), ("encoder_layers", pa.int64()),
+        ("intervention_cpu_seconds", pa.float64()), ("device", pa.string()), ("batch_size", pa.int64()),
+        ("seq_len", pa.int64()), ("inference_seconds", pa.float64()), ("examples_per_second", pa.float64()),
+    ]),
     # one row per (model, reference, corpus): the report's Table 2 and its English-like contexts
     # (bertology.vocab); the context columns are null when no corpus was measured
     "vocab_overlap": pa.schema([
@@ -72,19 +79,24 @@ def results_key(table: str, study: str, run_id: str) -> str:
     return f"results/{table}/study={study}/{run_id}.parquet"
 
 
-def with_labels(table: str, cell: Cell, rows: pa.Table) -> pa.Table:
-    """Conform `rows` to the table's schema and prepend the cell's label columns."""
+def with_labels(table: str, labels: dict, rows: pa.Table) -> pa.Table:
+    """Conform `rows` to the table's schema and prepend the label columns (absent labels are null)."""
     own = TABLES[table]
     rows = rows.select(own.names).cast(own)
-    labels = {"schema_version": SCHEMA_VERSION, **cell.labels()}
-    cols = [pa.array([labels[f.name]] * rows.num_rows, f.type) for f in LABELS]
+    labels = {"schema_version": SCHEMA_VERSION, **labels}
+    cols = [pa.array([labels.get(f.name)] * rows.num_rows, f.type) for f in LABELS]
     return pa.Table.from_arrays(cols + rows.columns, schema=pa.schema(list(LABELS) + list(own)))
 
 
 def publish(store: Store, table: str, cell: Cell, rows: pa.Table) -> str:
-    key = results_key(table, cell.study, cell.run.id)
-    store.write_parquet(key, with_labels(table, cell, rows))
-    return key
+    return publish_rows(store, table, cell.study, cell.run.id, cell.labels(), rows)
+
+
+def publish_rows(store: Store, table: str, study: str, key: str, labels: dict, rows: pa.Table) -> str:
+    """Rows of one unit of work (a run, or an analysis outside any run) into the study's partition."""
+    path = results_key(table, study, key)
+    store.write_parquet(path, with_labels(table, labels, rows))
+    return path
 
 
 def scan(store_uri: str, table: str, study: str | None = None) -> pl.LazyFrame:
@@ -97,8 +109,23 @@ def scan(store_uri: str, table: str, study: str | None = None) -> pl.LazyFrame:
     store = open_store(store_uri)
     pattern = store.url(f"results/{table}") + (f"/study={study}/*.parquet" if study else "/**/*.parquet")
     pattern = pattern.removeprefix("file://")
-    options = None
-    if pattern.startswith("s3://") and os.environ.get("AWS_ENDPOINT_URL"):
-        options = {"aws_endpoint_url": os.environ["AWS_ENDPOINT_URL"]}
     # `study` is a column of every file as well as the partition key, so the files are the source of truth.
-    return pl.scan_parquet(pattern, hive_partitioning=False, storage_options=options)
+    return pl.scan_parquet(pattern, hive_partitioning=False, storage_options=_storage_options(pattern))
+
+
+def scan_keys(store: Store, keys: list[str]) -> pl.LazyFrame:
+    """A lazy Polars frame over exactly these Parquet files of a store, in this order (a study's runs).
+
+    The first file's columns are the frame's: a column another file lacks is null there (older results),
+    one only another file has is left out.
+    """
+    paths = [store.url(k).removeprefix("file://") for k in keys]
+    return pl.scan_parquet(paths, hive_partitioning=False, storage_options=_storage_options(paths[0]),
+                           missing_columns="insert", extra_columns="ignore")
+
+
+def _storage_options(path: str) -> dict | None:
+    """Polars' S3 client takes the endpoint (MinIO, moto) explicitly; credentials come from the environment."""
+    if path.startswith("s3://") and os.environ.get("AWS_ENDPOINT_URL"):
+        return {"aws_endpoint_url": os.environ["AWS_ENDPOINT_URL"]}
+    return None

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from bertology.results.tables import publish
 from bertology.spec import Cell
 from bertology.steps.common import checkpoint_key, run_key
-from bertology.steps.harness import require_spec
+from bertology.steps.harness import require_cells
 from bertology.store import Store
 
 log = logging.getLogger("bertology")
@@ -26,13 +26,14 @@ _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.")
 
 
 def _encoder_tensors(directory: Path) -> dict:
-    """The encoder's tensors keyed without the task-model prefix (`bert.`), heads dropped."""
+    """The encoder's tensors keyed without the task-model prefix (`bert.`), heads dropped; DistilBERT's
+    `distilbert.transformer.layer.N` is named `encoder.layer.N` like BERT's."""
     from safetensors.torch import load_file
 
     tensors = {}
     for path in sorted(directory.glob("*.safetensors")):
         for name, t in load_file(path).items():
-            name = name.removeprefix("bert.")
+            name = name.removeprefix("bert.").removeprefix("distilbert.").replace("transformer.layer.", "encoder.layer.")
             if name.startswith(("embeddings.", "encoder.", "pooler.")) and t.is_floating_point():
                 tensors[name] = t
     return tensors
@@ -81,4 +82,5 @@ def analyze(store: Store, cell: Cell) -> str:
 
 
 def run(store: Store, args) -> None:
-    analyze(store, Cell.from_dict(require_spec(args, "analyze")))
+    for cell in require_cells(args, "analyze"):
+        analyze(store, cell)

@@ -51,7 +51,9 @@ def build(store: Store, spec: CheckpointSpec) -> str:
         log.info("checkpoint %s: cached", spec.id)
         return key
     with store.artifact(key, {"spec": spec.to_dict()}) as out:
-        make_checkpoint(spec, out)
+        _, cpu_seconds = make_checkpoint(spec, out)
+        # apart from the manifest, which stays byte-for-byte deterministic
+        (out / "build.json").write_text(json.dumps({"intervention_cpu_seconds": cpu_seconds}))
     return key
 
 

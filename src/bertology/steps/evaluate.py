@@ -1,7 +1,9 @@
 """evaluate: score the best fine-tuned weights on every evaluation split of the task.
 
-Writes `runs/<run-id>/evaluate/{metrics.parquet, predictions.parquet}` and publishes the `runs` row(s)
-and the per-example predictions for the study (masked-LM corpora have perplexities, not predictions).
+Writes `runs/<run-id>/evaluate/{metrics.parquet, predictions.parquet, profile.parquet}` and publishes
+the `runs` row(s), the per-example predictions (masked-LM corpora have perplexities, not predictions) and
+the model's size and measured inference speed (`model_profile`, layer-removal's Table 7), measured here
+because this step runs on the training device.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import pyarrow.parquet as pq
 import bertology
 from bertology.results.tables import publish
 from bertology.spec import Cell
-from bertology.steps.common import dataset_key, run_key
-from bertology.steps.harness import require_spec
+from bertology.steps.common import checkpoint_key, dataset_key, run_key
+from bertology.steps.harness import require_cells
 from bertology.store import Store
 
 log = logging.getLogger("bertology")
@@ -54,15 +56,33 @@ def evaluate(store: Store, cell: Cell) -> str:
             if predictions is not None:
                 prediction_tables.append(predictions.append_column("split", pa.array([split] * predictions.num_rows)))
             log.info("run %s: %s %s", run.id, split, {k: round(v, 4) for k, v in metrics.items()})
+        profile = model_profile(model, run, store, device)
         with store.artifact(key, {"spec": run.to_dict()}) as out:
             pq.write_table(pa.Table.from_pylist(metric_rows), out / "metrics.parquet")
+            pq.write_table(pa.Table.from_pylist([profile]), out / "profile.parquet")
             if prediction_tables:
                 pq.write_table(pa.concat_tables(prediction_tables), out / "predictions.parquet")
     publish(store, "runs", cell, store.read_parquet(f"{key}/metrics.parquet"))
     if store.exists(f"{key}/predictions.parquet"):
         publish(store, "predictions", cell, store.read_parquet(f"{key}/predictions.parquet"))
+    if store.exists(f"{key}/profile.parquet"):
+        publish(store, "model_profile", cell, store.read_parquet(f"{key}/profile.parquet"))
     return key
 
 
+def model_profile(model, run, store: Store, device) -> dict:
+    """Parameters, depth, the intervention's CPU seconds (the report's "cost to make") and inference speed
+    at the run's evaluation batch size and the dataset's max length."""
+    from bertology.train.profile import inference_speed, parameter_counts
+
+    build = f"{checkpoint_key(run.checkpoint.id)}/build.json"
+    make_seconds = store.read_json(build)["intervention_cpu_seconds"] if store.exists(build) else None
+    return {**parameter_counts(model), "encoder_layers": model.config.num_hidden_layers,
+            "intervention_cpu_seconds": make_seconds, "device": str(device),
+            **inference_speed(model, batch_size=run.regime.eval_batch_size, seq_len=run.dataset.max_length,
+                              device=device)}
+
+
 def run(store: Store, args) -> None:
-    evaluate(store, Cell.from_dict(require_spec(args, "evaluate")))
+    for cell in require_cells(args, "evaluate"):
+        evaluate(store, cell)

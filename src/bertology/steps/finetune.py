@@ -20,11 +20,10 @@ import logging
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bertology.errors import BadInput
 from bertology.results.tables import TABLES, publish
 from bertology.spec import Cell
 from bertology.steps.common import checkpoint_key, dataset_key, local_model_ref, run_key
-from bertology.steps.harness import require_spec
+from bertology.steps.harness import require_cells
 from bertology.store import Store
 
 log = logging.getLogger("bertology")
@@ -107,18 +106,6 @@ def finetune(store: Store, cell: Cell) -> str:
     return key
 
 
-def cells(spec) -> list[Cell]:
-    """One cell, or a non-empty list of them; every cell is checked before any runs."""
-    if isinstance(spec, list):
-        if not spec:
-            raise BadInput("finetune --spec is an empty list (give a cell or a list of cells)")
-        return [Cell.from_dict(c) for c in spec]
-    return [Cell.from_dict(spec)]
-
-
 def run(store: Store, args) -> None:
-    bundle = cells(require_spec(args, "finetune"))
-    for i, cell in enumerate(bundle, 1):
-        if len(bundle) > 1:
-            log.info("bundle: cell %d of %d (run %s)", i, len(bundle), cell.run.id)
+    for cell in require_cells(args, "finetune"):
         finetune(store, cell)

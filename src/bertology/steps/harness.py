@@ -1,7 +1,8 @@
 """The shared entry point of every job: arguments, logging, and the exit-code contract.
 
 Exit codes (DESIGN §4): 0 done (or cached), 2 bad input (never retried), 75 transient (retried by
-Argo's retryStrategy; SIGTERM from a preempted or evicted pod also maps here).
+Argo's retryStrategy; SIGTERM from a preempted or evicted pod also maps here). A step may fail with its
+own documented code by raising a BertologyError subclass (regress: 1 = the results drifted).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput, Transient
+from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput, BertologyError, Transient
 from bertology.spec import parse_json_arg
 from bertology.store import Store, open_store
 
@@ -31,7 +32,7 @@ def parser(step: str) -> argparse.ArgumentParser:
     p.add_argument("--spec", default=None, help="the step's spec as JSON")
     p.add_argument("--study", default=None, help="study name (plan)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="a study parameter (plan); repeatable")
+                   help="a study parameter (plan) or option (regress); repeatable")
     p.add_argument("--outputs", default="/tmp/outputs", help="directory for Argo output parameters")
     return p
 
@@ -70,6 +71,9 @@ def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list
     except Transient as e:
         print(f"transient error (will be retried): {e}", file=sys.stderr, flush=True)
         return EXIT_TRANSIENT
+    except BertologyError as e:  # a step's own failure, with the exit code it documents
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return e.exit_code
     log.info("done in %.1fs", time.time() - start)
     return 0
 
@@ -82,3 +86,19 @@ def require_spec(args: argparse.Namespace, step: str) -> dict:
     if args.spec is None:
         raise BadInput(f"{step} needs --spec JSON")
     return args.spec
+
+
+def require_cells(args: argparse.Namespace, step: str) -> list:
+    """The step's cells: one cell, or a bundle (a non-empty list) that one pod runs in order, so a study
+    of hundreds of runs stays far below Argo's node limits. Every cell is checked before any runs."""
+    from bertology.spec import Cell
+
+    spec = require_spec(args, step)
+    if isinstance(spec, list):
+        if not spec:
+            raise BadInput(f"{step} --spec is an empty list (give a cell or a list of cells)")
+        cells = [Cell.from_dict(c) for c in spec]
+        for i, cell in enumerate(cells, 1):
+            log.info("bundle: cell %d of %d is run %s", i, len(cells), cell.run.id)
+        return cells
+    return [Cell.from_dict(spec)]

@@ -14,15 +14,16 @@ import logging
 from pathlib import Path
 
 from bertology import tasks
-from bertology.errors import BadInput
+from bertology.errors import BadInput, TooSmall
 from bertology.interventions import chain_config, validate_chain
 from bertology.results.tables import results_key
 from bertology.spec import Intervention, canonical_json
 from bertology.steps.common import model_config
 from bertology.store import Store
-from bertology.study import StudySpec, Variant, parse_pairs
+from bertology.study import StudySpec, parse_pairs
 from bertology.train.activation_distance import check_shapes
 from bertology.train.regimes import Schedule
+from bertology.variants import Variant
 
 log = logging.getLogger("bertology")
 
@@ -30,47 +31,70 @@ log = logging.getLogger("bertology")
 CELL_TABLES = ("runs", "curves", "weight_distance")
 
 
-def validate(spec: StudySpec) -> StudySpec:
+def validate(spec: StudySpec, changes: list[str] | None = None) -> StudySpec:
     """Cheap checks that need no weights: names, sources, each chain against each model's config, and
-    the regime's layers against the depth each chain leaves.
+    each variant's regime against the depth its chain leaves (and its reference's shapes).
 
     Returns the spec with every intervention's defaults filled in, so that `reinit` and
-    `reinit {scope: all}` are one checkpoint with one id.
+    `reinit {scope: all}` are one checkpoint with one id. Under a stand-in preset (tiny, demo) a variant
+    the smaller stand-in model cannot take (layer 11 of a 4-layer model: TooSmall) is dropped and listed
+    in `changes`; with the paper preset it is an error like any other.
     """
-    for task in spec.tasks:
+    for task in (*spec.tasks, *spec.intermediates):
         tasks.check_source(tasks.get_task(task), spec.source)
-    variants = list(spec.variants)
-    schedule = Schedule.of(spec.regime)
-    reference = model_config(spec.regime.reference) if spec.regime.reference else None
-    for model in spec.models:
-        config = model_config(model)
-        for i, variant in enumerate(spec.variants):
-            chain = validate_chain([step.to_dict() for step in variant.interventions], config)
-            schedule.check(chain_config(chain, config).num_hidden_layers)
-            if reference is not None:
-                check_shapes(chain_config(chain, config), reference)
-            variants[i] = Variant(variant.name, tuple(Intervention.from_dict(step) for step in chain))
+    variants, dropped = [], []
+    for variant in spec.variants:
+        try:
+            variants.append(_validate_variant(spec, variant))
+        except TooSmall as e:
+            if spec.preset == "paper":
+                raise
+            dropped.append(e)
+            if changes is not None:
+                changes.append(f"variant '{variant.name}' dropped: {e}")
+    if not variants:
+        raise dropped[0]
     return dataclasses.replace(spec, variants=tuple(variants))
 
 
-def plan_study(store: Store, spec: StudySpec) -> dict:
+def _validate_variant(spec: StudySpec, variant: Variant) -> Variant:
+    regime = spec.regime_of(variant)
+    schedule = Schedule.of(regime)
+    reference = model_config(regime.reference) if regime.reference else None
+    chain: list[dict] = []
+    for model in dict.fromkeys(spec.model_of(m, variant) for m in spec.models):
+        config = model_config(model)
+        chain = validate_chain([step.to_dict() for step in variant.interventions], config)
+        after = chain_config(chain, config)
+        schedule.check(after.num_hidden_layers)
+        if regime.name != "full" and config.model_type != "bert":
+            raise BadInput(f"regime '{regime.name}' needs a BERT checkpoint; {model!r} is "
+                           f"{config.model_type!r}, which fine-tunes only with regime 'full'")
+        if reference is not None:
+            check_shapes(after, reference)
+    return dataclasses.replace(variant, interventions=tuple(Intervention.from_dict(step) for step in chain))
+
+
+def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
     cells = spec.cells()
-    plan = {"study": spec.name, "study_id": spec.id, "spec": spec.to_dict(),
-            "cells": [json.loads(canonical_json(c)) for c in cells]}
+    plan = {"study": spec.name, "study_id": spec.id, "spec": {**spec.to_dict(), "baseline": spec.baseline},
+            "preset_changes": list(changes), "cells": [json.loads(canonical_json(c)) for c in cells]}
     store.write_json(f"studies/{spec.name}/{spec.id}/plan.json", plan)
 
     published = {k for t in CELL_TABLES for k in store.list(f"results/{t}/study={spec.name}")}
     todo = [c for c in cells if not all(results_key(t, spec.name, c.run.id) in published for t in CELL_TABLES)]
     checkpoints = {c.run.checkpoint.id: c.run.checkpoint for c in todo}
     datasets = {c.run.dataset.id: c.run.dataset for c in todo}
+    bundles = [todo[i:i + spec.bundle] for i in range(0, len(todo), spec.bundle)]
     work = {
         "checkpoints": [{"id": k, "spec": canonical_json(v)} for k, v in checkpoints.items()],
         "datasets": [{"id": k, "spec": canonical_json(v)} for k, v in datasets.items()],
-        "runs": [{"id": c.run.id, "spec": canonical_json(c)} for c in todo],
+        # one item per pod: a cell, or with bundle > 1 a list of cells run in turn
+        "runs": [{"id": b[0].run.id, "spec": canonical_json(b[0] if spec.bundle == 1 else b)} for b in bundles],
         "study": json.dumps({"name": spec.name, "id": spec.id}),
     }
-    log.info("study %s (%s): %d cells, %d to run; %d checkpoints, %d datasets to make",
-             spec.name, spec.id, len(cells), len(todo), len(checkpoints), len(datasets))
+    log.info("study %s (%s): %d cells, %d to run in %d pods; %d checkpoints, %d datasets to make",
+             spec.name, spec.id, len(cells), len(todo), len(bundles), len(checkpoints), len(datasets))
     return work
 
 
@@ -78,10 +102,10 @@ def run(store: Store, args) -> None:
     if not args.study:
         raise BadInput("plan needs --study NAME")
     spec, changes = StudySpec.from_params(args.study, parse_pairs(args.param, "--param"))
+    spec = validate(spec, changes)
     for change in changes:
         log.info("preset %s: %s", spec.preset, change)
-    spec = validate(spec)
-    work = plan_study(store, spec)
+    work = plan_study(store, spec, changes)
     out = Path(args.outputs)
     out.mkdir(parents=True, exist_ok=True)
     for name, value in work.items():

@@ -13,13 +13,18 @@ layout, `premise<TAB>hypothesis<TAB>label`: every field but the last is a text, 
 before is skipped (XNLI repeats each premise for its three hypotheses). `max_lines` counts file lines.
 
 The id covers the spec and the corpus file's sha256, so an edited corpus is measured again. Writes
-`analyses/vocab/<id>/vocab_overlap.parquet` (one row, VOCAB_OVERLAP_SCHEMA).
+`analyses/vocab/<id>/vocab_overlap.parquet` (one row, VOCAB_OVERLAP_SCHEMA); with `"study": NAME` in the
+spec the row is also published to `results/vocab_overlap/study=NAME/<id>.parquet` for the study's report.
+
+As the vocab-overlap study's plan (`--study NAME --param models=[…] …`, workflows/vocab-overlap.yaml) it
+applies the preset's stand-ins, stores `studies/NAME/<id>/plan.json` and hands Argo one spec per model.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -31,7 +36,7 @@ import pyarrow.parquet as pq
 
 from bertology import vocab
 from bertology.errors import BadInput
-from bertology.results.tables import SCHEMA_VERSION, TABLES
+from bertology.results.tables import SCHEMA_VERSION, TABLES, publish_rows
 from bertology.spec import as_int, check_keys, content_id, require_key
 from bertology.steps.harness import require_spec
 from bertology.store import Store
@@ -199,5 +204,69 @@ def analyse(store: Store, spec: VocabSpec) -> str:
     return key
 
 
+# The vocab-overlap study's parameters: name -> default (the report's Table 2: the four foreign BERTs
+# against English BERT's vocabulary).
+STUDY_PARAMS = {
+    "preset": "paper",
+    "models": json.dumps(["google-bert/bert-base-german-cased", "google-bert/bert-base-chinese",
+                          "dccuchile/bert-base-spanish-wwm-cased", "tohoku-nlp/bert-base-japanese"]),
+    "reference": "google-bert/bert-base-uncased", "corpus": "", "max_lines": "", "case": "exact", "stride": "",
+}
+
+
+def plan_study(store: Store, name: str, raw: dict[str, str]) -> dict:
+    """The study's plan: one vocab spec per model (stand-ins applied), stored like a fine-tuning plan."""
+    from bertology.study import PRESETS, stand_in
+
+    unknown = sorted(set(raw) - set(STUDY_PARAMS))
+    if unknown:
+        raise BadInput(f"unknown vocab-overlap parameter '{unknown[0]}' (known: {', '.join(STUDY_PARAMS)})")
+    values = {k: raw.get(k, "").strip() or default for k, default in STUDY_PARAMS.items()}
+    preset = values["preset"]
+    if preset not in PRESETS:
+        raise BadInput(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
+    try:
+        models = json.loads(values["models"])
+    except json.JSONDecodeError:
+        models = None
+    if not isinstance(models, list) or not models or not all(isinstance(m, str) and m for m in models):
+        raise BadInput(f"parameter 'models' must be a non-empty JSON list of model references, got {values['models']!r}")
+    changes: list[str] = []
+    models = list(dict.fromkeys(stand_in(preset, m, "model", changes) for m in models))
+    reference = stand_in(preset, values["reference"], "reference", changes)
+    if preset != "paper" and values["corpus"] == "":
+        changes.append(f"corpus: none -> {SYNTHETIC}")
+        values["corpus"] = SYNTHETIC
+    options = {"reference": reference, "case": values["case"]}
+    for key in ("corpus", "max_lines", "stride"):
+        if values[key]:
+            options[key] = int(values[key]) if key != "corpus" and values[key].isdigit() else values[key]
+    specs = [VocabSpec.from_dict({"model": m, **options}) for m in models]  # bad values refused here
+    for spec in specs:
+        corpus_digest(spec.corpus)  # a missing corpus file is refused before any tokenizer loads
+    study_spec = {"kind": "vocab-overlap", "name": name, "preset": preset, "models": models, **options}
+    study_id = content_id("study", study_spec)
+    store.write_json(f"studies/{name}/{study_id}/plan.json", {
+        "study": name, "study_id": study_id, "spec": study_spec, "preset_changes": changes, "cells": []})
+    for change in changes:
+        log.info("preset %s: %s", preset, change)
+    return {"specs": [{"spec": json.dumps({**s.to_dict(), "study": name})} for s in specs],
+            "study": json.dumps({"name": name, "id": study_id})}
+
+
 def run(store: Store, args) -> None:
-    analyse(store, VocabSpec.from_dict(require_spec(args, "vocab-overlap")))
+    if args.study:
+        from bertology.study import parse_pairs
+
+        work = plan_study(store, args.study, parse_pairs(args.param, "--param"))
+        out = Path(args.outputs)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, value in work.items():
+            (out / f"{name}.json").write_text(value if isinstance(value, str) else json.dumps(value))
+        return
+    spec = require_spec(args, "vocab-overlap")
+    study = spec.pop("study", None) if isinstance(spec, dict) else None
+    key = analyse(store, VocabSpec.from_dict(spec))
+    if study is not None:
+        publish_rows(store, TABLE, study, key.rsplit("/", 1)[-1], {"study": study, "model": spec["model"]},
+                     store.read_parquet(f"{key}/{TABLE}.parquet"))

@@ -18,6 +18,7 @@ initialised task head, whatever head the checkpoint had (even one of the same sh
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,11 @@ def _predictions(idx, label, prediction, score, text=None) -> pa.Table:
     }).sort_by("idx")
 
 
+def _drop_token_types(module, args, kwargs):
+    kwargs.pop("token_type_ids", None)
+    return args, kwargs
+
+
 class Head:
     """The kind-specific half of training and evaluation (see the module docstring)."""
 
@@ -91,6 +97,8 @@ class Head:
                         with torch.no_grad():
                             module.weight.normal_(0.0, std)
                             module.bias.zero_()
+        if "token_type_ids" not in inspect.signature(model.forward).parameters:  # DistilBERT has no segments
+            model.register_forward_pre_hook(_drop_token_types, with_kwargs=True)
         return model.to(pick_device(device))
 
     def read_split(self, data_dir: str | Path, split: str):

@@ -156,6 +156,8 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
     if hp.compile:
         model.compile(dynamic=True)  # in place: state_dict keys stay those of the plain model
 
+    untrained = hp.schedule.name == "none"  # the model as built is the result: one evaluation, no steps
+
     def evaluation_point(epoch: int) -> None:
         """Evaluate every split (and the monitor) now; keep the weights when this is the best point."""
         nonlocal eval_seconds, best, best_state, loss_sum, loss_steps
@@ -172,9 +174,11 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         eval_seconds += time.perf_counter() - eval_start
         row["seconds"] = time.perf_counter() - started
         curves.append(row)
-        # The point before any training step is a reference on the curve, never the result.
-        improved = step > 0 and (best is None or (row[primary] < curves[best][primary] if task.lower_is_better
-                                                  else row[primary] > curves[best][primary]))
+        # The point before any training step is a reference on the curve, never the result (but with
+        # regime `none` it is the only point).
+        improved = (step > 0 or untrained) and (
+            best is None or (row[primary] < curves[best][primary] if task.lower_is_better
+                             else row[primary] > curves[best][primary]))
         if improved:
             best = len(curves) - 1
             best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
@@ -182,9 +186,9 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         log(f"epoch {epoch} step {step}: {loss}" + " ".join(f"{k} {v:.4f}" for k, v in row.items() if "/" in k)
             + (" (best)" if improved else ""))
 
-    if hp.eval_every and not curves:
+    if (hp.eval_every or untrained) and not curves:
         evaluation_point(start_epoch)
-    for epoch in range(start_epoch, hp.epochs + 1):
+    for epoch in range(start_epoch, (0 if untrained else hp.epochs) + 1):
         model.train()
         trainable = regimes.apply(model, hp.schedule, epoch)
         if hp.schedule.name != "full":
@@ -247,5 +251,5 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         eval_seconds=eval_seconds,
         device=str(device),
         num_train=len(examples),
-        throughput=len(examples) * hp.epochs / train_seconds,
+        throughput=len(examples) * hp.epochs / train_seconds if train_seconds else 0.0,
     )

@@ -12,6 +12,8 @@ None is skipped by AdamW entirely (no update, no weight decay), so a frozen tens
                       trained.
 - `probe`:            everything frozen but the classifier (the partial-reinit report's probing; drop the
                       top K layers first with the `remove-layers` intervention).
+- `none`:             no training at all: the model as built is evaluated once (the cross-lingual report's
+                      native BERTje on the Dutch test set, next to the fine-tuned models).
 
 Layer indices count from 0, as in the weight names.
 """
@@ -22,9 +24,9 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from bertology.errors import BadInput
+from bertology.errors import BadInput, TooSmall
 
-NAMES = ("full", "freeze", "gradual-unfreeze", "probe")
+NAMES = ("full", "freeze", "gradual-unfreeze", "probe", "none")
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,11 @@ def layer_set(spec: str | tuple[int, ...] | list[int], num_layers: int) -> set[i
         k = int(value)
         if form == "from":
             if not 0 <= k < num_layers:
-                raise BadInput(f"train_layers '{spec}': K must be in 0..{num_layers - 1}")
+                raise (TooSmall if k >= num_layers else BadInput)(
+                    f"train_layers '{spec}': K must be in 0..{num_layers - 1}")
             return set(range(k, num_layers))
         if not 1 <= k <= num_layers:
-            raise BadInput(f"train_layers '{spec}': K must be in 1..{num_layers}")
+            raise (TooSmall if k > num_layers else BadInput)(f"train_layers '{spec}': K must be in 1..{num_layers}")
         return set(range(num_layers - k, num_layers))
     layers = set(spec)
     bad = sorted(i for i in layers if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers)
@@ -92,7 +95,7 @@ def layer_set(spec: str | tuple[int, ...] | list[int], num_layers: int) -> set[i
 def apply(model: nn.Module, schedule: Schedule, epoch: int) -> dict[str, int]:
     """Set `requires_grad` for `epoch`; returns how many parameters train, by part, for the log."""
     bert = model.base_model
-    layers = bert.encoder.layer
+    layers = (bert.encoder if hasattr(bert, "encoder") else bert.transformer).layer  # BERT | DistilBERT
     trained = schedule.layers_trained(epoch, len(layers))
     counts = {"embeddings": 0, "layers": 0, "pooler": 0, "head": 0}
     for p in model.parameters():

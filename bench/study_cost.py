@@ -1,0 +1,73 @@
+"""What each study costs at paper scale: runs, training sequences, and GPU-hours at a given throughput.
+
+The work is counted exactly from each workflow's own defaults (`StudySpec.from_params` + `cells()`, the same
+expansion plan uses, no hub access needed): per run, the training examples its task and size select times
+its epochs, plus the intermediate run of a sequential run (once per intermediate run id, as the store
+shares it). Training-set sizes are the public datasets' (GLUE train splits, SQuAD 2.0 train questions,
+the 80% training carve of the first 100k Dutch Wikipedia sentences). Evaluation is not counted: it is a
+forward pass over dev sets of at most 10k examples, small next to 3 epochs of training. The figure is an
+upper bound for the cheaper runs: a probe trains no encoder weights and a shortened model runs faster
+than the full model whose throughput is given.
+
+GPU-hours need a measured training throughput in sequences per second (`bench/finetune_throughput.py`
+measures it; at max length 128 on one GPU). Without `--throughput`, the table gives GPU-hours per
+1,000 seq/s, so a measured figure T scales it by 1000/T.
+
+    .venv/bin/python bench/study_cost.py [--throughput SEQ_PER_S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import yaml
+
+from bertology.study import StudySpec
+
+REPO = Path(__file__).resolve().parent.parent
+TRAIN_SIZES = {  # public training-split sizes
+    "cola": 8_551, "sst2": 67_349, "mrpc": 3_668, "stsb": 5_749, "qqp": 363_846, "mnli": 392_702,
+    "qnli": 104_743, "rte": 2_490, "wnli": 635, "squad2": 130_319, "mlm-nl": 80_000,
+}
+
+
+def train_examples(task: str, fraction: float | None, count: int | None) -> int:
+    n = TRAIN_SIZES[task]
+    return min(n, count) if count is not None else n if fraction is None else math.floor(n * fraction)
+
+
+def study_cost(workflow: Path) -> dict:
+    doc = yaml.safe_load(workflow.read_text())
+    params = {p["name"]: str(p["value"]) for p in doc["spec"]["arguments"]["parameters"]}
+    name = params.pop("study")
+    spec, _ = StudySpec.from_params(name, params)
+    runs, sequences = {}, 0
+    for cell in spec.cells():
+        for run in (cell.run, cell.run.after):
+            if run is not None and run.id not in runs:
+                ds = run.dataset
+                runs[run.id] = train_examples(ds.task, ds.fraction, ds.count) * run.regime.epochs
+    sequences = sum(runs.values())
+    return {"study": name, "cells": len(spec.cells()), "runs": len(runs), "sequences": sequences}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--throughput", type=float, default=None, help="measured training sequences per second")
+    args = p.parse_args()
+    rate = args.throughput or 1000.0
+    print(f"| study | runs | training sequences (M) | GPU-hours at {rate:,.0f} seq/s |")
+    print("|---|---|---|---|")
+    for workflow in sorted((REPO / "workflows").glob("*.yaml")):
+        doc = yaml.safe_load(workflow.read_text())
+        if doc["kind"] != "Workflow" or "workflowTemplateRef" not in doc["spec"]:
+            continue  # vocab-overlap (tokenizers only) and the nightly CronWorkflow
+        cost = study_cost(workflow)
+        print(f"| {cost['study']} | {cost['runs']} | {cost['sequences'] / 1e6:.1f} | "
+              f"{cost['sequences'] / rate / 3600:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

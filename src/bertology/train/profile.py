@@ -1,0 +1,50 @@
+"""How big and how fast a fine-tuned model is: layer-removal's Table 7 (parameters, speed) per variant.
+
+Speed is measured, not derived from the depth: forward passes in eval mode (autocast as in training) over
+a fixed batch of random in-vocabulary tokens with every position attended, two warm-up passes and then the
+median of five timed ones, synchronising the GPU around each. Every variant of a study is measured by the
+same step on the same kind of device, so their ratios are the report's "speed" row.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from bertology.train.device import autocast
+
+WARMUP, REPEATS = 2, 5
+
+
+def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
+    """All parameters, and those of the encoder (embeddings, layers, pooler: no task head)."""
+    return {"n_params": sum(p.numel() for p in model.parameters()),
+            "encoder_params": sum(p.numel() for p in model.base_model.parameters())}
+
+
+@torch.inference_mode()
+def inference_speed(model: torch.nn.Module, *, batch_size: int, seq_len: int, device: torch.device) -> dict:
+    """Median seconds per batch and examples per second of a forward pass."""
+    model.eval()
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, model.config.vocab_size, (batch_size, seq_len), generator=generator).to(device)
+    mask = torch.ones_like(ids)
+    times = []
+    for i in range(WARMUP + REPEATS):
+        _sync(device)
+        start = time.perf_counter()
+        with autocast(device):
+            model(input_ids=ids, attention_mask=mask)
+        _sync(device)
+        if i >= WARMUP:
+            times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)
+    return {"batch_size": batch_size, "seq_len": seq_len, "inference_seconds": seconds,
+            "examples_per_second": batch_size / seconds}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
