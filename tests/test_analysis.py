@@ -153,6 +153,10 @@ def test_model_profile_speed_relative_to_the_baseline():
     assert summary.select("variant", "n_params", "encoder_layers", "mean", "n", "speedup").rows() == [
         ("bert", 110_000_000, 12, 101.0, 3, 1.0), ("remove", 66_000_000, 6, 201.0, 3, pytest.approx(201 / 101))]
     assert analysis.model_profile_summary(profile, None)["speedup"].to_list() == [None, None]
+    distil = profile.filter(pl.col("variant") == "remove").with_columns(pl.lit("distil").alias("model"),
+                                                                      pl.lit("distil").alias("variant"))
+    both = analysis.model_profile_summary(pl.concat([profile, distil]), "bert")
+    assert both.filter(pl.col("variant") == "distil")["speedup"].to_list() == [pytest.approx(201 / 101)]
 
 
 def test_vocabulary_table_in_the_reports_table_2_layout():

@@ -168,7 +168,8 @@ def model_profile_summary(profile: pl.LazyFrame | pl.DataFrame, baseline: str | 
     """Monolingual report, Table 7: each variant's parameter counts, encoder depth, the intervention's CPU
     seconds ("cost to make", mean) and inference speed (examples per second: mean, sd and n over its runs),
     and that speed relative to the baseline variant's on the same model, device, batch size and sequence
-    length (`speedup`)."""
+    length (`speedup`); a variant with a model of its own is compared with the study's baseline when the
+    study has one model (Table 7's DistilBERT next to BERT)."""
     profile = profile.lazy()
     keys = _present(profile, ("model", "variant", "device", "batch_size", "seq_len"))
     same = [k for k in keys if k != "variant"]
@@ -179,8 +180,14 @@ def model_profile_summary(profile: pl.LazyFrame | pl.DataFrame, baseline: str | 
     if baseline is None:
         return summary.with_columns(pl.lit(None, pl.Float64).alias("speedup"))
     reference = summary.filter(pl.col("variant") == baseline).select(*same, pl.col("mean").alias("_base"))
-    return (summary.join(reference, on=same, how="left", nulls_equal=True, maintain_order="left")
-            .with_columns((pl.col("mean") / pl.col("_base")).alias("speedup")).drop("_base"))
+    out = summary.join(reference, on=same, how="left", nulls_equal=True, maintain_order="left")
+    if "model" in same and reference["model"].n_unique() == 1:
+        # a variant with a model of its own (DistilBERT in layer-removal) against the study's one baseline
+        loose = [k for k in same if k != "model"]
+        other = reference.drop("model").rename({"_base": "_other"})
+        out = (out.join(other, on=loose, how="left", nulls_equal=True, maintain_order="left")
+               .with_columns(pl.coalesce("_base", "_other").alias("_base")).drop("_other"))
+    return out.with_columns((pl.col("mean") / pl.col("_base")).alias("speedup")).drop("_base")
 
 
 def vocabulary_table(vocab: pl.DataFrame) -> pl.DataFrame:
