@@ -33,12 +33,14 @@ def test_weight_distance_per_module_matches_hand_computation(tmp_path):
     save_file(before, tmp_path / "a" / "model.safetensors")
     save_file(after, tmp_path / "b" / "model.safetensors")
     rows = {r["module"]: r for r in weight_distance(tmp_path / "a", tmp_path / "b").to_pylist()}
-    assert list(rows) == ["embeddings", "layer.0", "layer.1", "pooler"]
+    # per sub-layer: the partial-reinit report's Figure 3 is the output sub-layer
+    assert list(rows) == ["embeddings", "layer.0.attention.self", "layer.1.output", "pooler"]
     assert rows["embeddings"]["l2"] == 0.0 and rows["embeddings"]["layer"] == -1
-    assert rows["layer.0"]["l2"] == pytest.approx(6.0)
-    assert rows["layer.0"]["rel_l2"] == pytest.approx(6.0 / math.sqrt(2.0))  # base norm: the bias of ones
-    assert rows["layer.0"]["n_params"] == 6
-    assert rows["layer.1"]["l2"] == pytest.approx(4.0) and rows["layer.1"]["rel_l2"] == pytest.approx(4 / math.sqrt(3))
+    assert rows["layer.0.attention.self"]["l2"] == pytest.approx(6.0)
+    assert rows["layer.0.attention.self"]["rel_l2"] == pytest.approx(6.0 / math.sqrt(2.0))  # base: the bias of ones
+    assert rows["layer.0.attention.self"]["n_params"] == 6 and rows["layer.0.attention.self"]["layer"] == 0
+    assert rows["layer.1.output"]["l2"] == pytest.approx(4.0)
+    assert rows["layer.1.output"]["rel_l2"] == pytest.approx(4 / math.sqrt(3))
     assert rows["pooler"]["layer"] == 2
 
 

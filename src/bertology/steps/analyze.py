@@ -1,8 +1,11 @@
 """analyze: how far fine-tuning moved each module's weights away from the built checkpoint.
 
-Per module (embeddings, each encoder layer, pooler): the L2 norm of the weight change over all of the
-module's tensors, and that norm relative to the module's starting norm. Reads the safetensors files
-directly, so no model is instantiated. Writes `runs/<run-id>/analyze/weight_distance.parquet`.
+Per module (the embeddings; each encoder layer's sub-layers: attention.self (Q, K, V), attention.output,
+intermediate and output; the pooler): the L2 norm of the weight change over all of the module's tensors,
+and that norm relative to the module's starting norm. The partial-reinit report's Figure 3 measures the
+output sub-layer (`layer.N.output`); a whole layer is the root of its modules' summed squares, which the
+analysis computes. Reads the safetensors files directly, so no model is instantiated. Writes
+`runs/<run-id>/analyze/weight_distance.parquet`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from bertology.store import Store
 
 log = logging.getLogger("bertology")
 
-_LAYER = re.compile(r"^encoder\.layer\.(\d+)\.")
+_LAYER = re.compile(r"^encoder\.layer\.(\d+)\.((?:attention\.)?[^.]+)\.")
 
 
 def _encoder_tensors(directory: Path) -> dict:
@@ -40,10 +43,10 @@ def _encoder_tensors(directory: Path) -> dict:
 
 
 def module_of(name: str, num_layers: int) -> tuple[str, int]:
-    """(module, layer index): embeddings are layer -1, the pooler is layer L."""
+    """(module, layer index): `layer.N.<sub-layer>` in the encoder, embeddings at layer -1, the pooler at L."""
     m = _LAYER.match(name)
     if m:
-        return f"layer.{m.group(1)}", int(m.group(1))
+        return f"layer.{m.group(1)}.{m.group(2)}", int(m.group(1))
     if name.startswith("embeddings."):
         return "embeddings", -1
     return "pooler", num_layers
@@ -62,7 +65,7 @@ def weight_distance(before_dir: Path, after_dir: Path) -> pa.Table:
         slot[2] += a.numel()
     rows = [{"module": mod, "layer": layer, "l2": diff ** 0.5,
              "rel_l2": (diff ** 0.5) / (base ** 0.5) if base > 0 else float("nan"), "n_params": n}
-            for (mod, layer), (diff, base, n) in sorted(acc.items(), key=lambda kv: kv[0][1])]
+            for (mod, layer), (diff, base, n) in sorted(acc.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
     return pa.Table.from_pylist(rows)
 
 
