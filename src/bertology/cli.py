@@ -165,9 +165,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Rebuild a study's tables and report from the store (its latest plan unless --id names one)."""
     from bertology.results.study_results import latest_study_id
     from bertology.steps.aggregate import aggregate
+    from bertology.study import check_study_name
 
-    if not args.study or not args.study.replace("-", "").isalnum():
-        raise BadInput(f"study name '{args.study}' must be letters, digits and '-' (e.g. reversed-layers)")
+    check_study_name(args.study)
     store = open_store(args.store)
     study_id = args.id
     if study_id is None:

@@ -188,20 +188,15 @@ def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[nn.Module, PreTrained
         return tiny_model(ref.location, seed)
     config = load_config(ref)
     source = _source(ref)
-    if config.model_type != "bert":  # a comparison checkpoint: loaded as it is, no head kept
-        with _hub_errors(ref), torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = AutoModel.from_pretrained(source, config=config, revision=ref.revision,
-                                              trust_remote_code=False, use_safetensors=True)
-            tokenizer = AutoTokenizer.from_pretrained(source, revision=ref.revision, trust_remote_code=False)
-        return model.eval(), tokenizer
+    # DistilBERT, a comparison checkpoint, is loaded as it is, without a head
+    model_class = BertForPreTraining if config.model_type == "bert" else AutoModel
     with _hub_errors(ref), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model, info = BertForPreTraining.from_pretrained(
+        model, info = model_class.from_pretrained(
             source, config=config, revision=ref.revision, trust_remote_code=False, use_safetensors=True,
             output_loading_info=True)
         tokenizer = AutoTokenizer.from_pretrained(source, revision=ref.revision, trust_remote_code=False)
-    if any(key.startswith("cls.predictions.") for key in info["missing_keys"]):
+    if model_class is BertForPreTraining and any(k.startswith("cls.predictions.") for k in info["missing_keys"]):
         model = model.bert  # no masked-LM head in the checkpoint: do not invent one
     return model.eval(), tokenizer
 

@@ -111,12 +111,11 @@ class StudySpec:
     @classmethod
     def from_params(cls, name: str, raw: dict[str, str]) -> tuple[StudySpec, list[str]]:
         """Type the raw parameters, apply the preset; returns the spec and what the preset changed."""
-        if not name or not name.replace("-", "").isalnum():
-            raise BadInput(f"study name '{name}' must be letters, digits and '-'")
+        check_study_name(name)
         unknown = sorted(set(raw) - set(PARAMS))
         if unknown:
             raise BadInput(f"unknown study parameter '{unknown[0]}' (known: {', '.join(PARAMS)})")
-        values = {k: _typed(k, raw.get(k, "").strip() or default) for k, (_, default) in PARAMS.items()}
+        values = {k: typed_param(k, raw.get(k, "").strip() or default) for k, (_, default) in PARAMS.items()}
         preset = values["preset"]
         if preset not in PRESETS:
             raise BadInput(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
@@ -214,6 +213,12 @@ class StudySpec:
         return list(cells.values())
 
 
+def check_study_name(name: str) -> None:
+    """A study name is a path segment of the store (`studies/<name>/`, `study=<name>`): letters, digits, '-'."""
+    if not name or not name.replace("-", "").isalnum():
+        raise BadInput(f"study name '{name}' must be letters, digits and '-' (e.g. reversed-layers)")
+
+
 def _apply_preset(preset: str, values: dict[str, Any]) -> list[str]:
     """Overwrite `values` with the preset's settings and limits; the changes, as lines for the log."""
     changes = []
@@ -304,7 +309,7 @@ def _is_json(text: str) -> bool:
     return True
 
 
-def _typed(name: str, text: str) -> Any:
+def typed_param(name: str, text: str) -> Any:
     """One raw parameter string to its typed value, with a one-line error naming the parameter."""
     kind = PARAMS[name][0]
     text = text.strip()

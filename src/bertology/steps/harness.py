@@ -8,12 +8,14 @@ own documented code by raising a BertologyError subclass (regress: 1 = the resul
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput, BertologyError, Transient
 from bertology.spec import parse_json_arg
@@ -86,6 +88,14 @@ def require_spec(args: argparse.Namespace, step: str) -> dict:
     if args.spec is None:
         raise BadInput(f"{step} needs --spec JSON")
     return args.spec
+
+
+def write_outputs(directory: str, outputs: dict) -> None:
+    """Argo output parameters, one `<name>.json` file each (a string as it is, anything else as JSON)."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, value in outputs.items():
+        (out / f"{name}.json").write_text(value if isinstance(value, str) else json.dumps(value))
 
 
 def require_cells(args: argparse.Namespace, step: str) -> list:

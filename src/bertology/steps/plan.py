@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from pathlib import Path
 
 from bertology import tasks
 from bertology.errors import BadInput, TooSmall
@@ -19,6 +18,7 @@ from bertology.interventions import chain_config, validate_chain
 from bertology.results.tables import results_key
 from bertology.spec import Intervention, canonical_json
 from bertology.steps.common import model_config
+from bertology.steps.harness import write_outputs
 from bertology.store import Store
 from bertology.study import StudySpec, parse_pairs
 from bertology.train.activation_distance import check_shapes
@@ -105,8 +105,4 @@ def run(store: Store, args) -> None:
     spec = validate(spec, changes)
     for change in changes:
         log.info("preset %s: %s", spec.preset, change)
-    work = plan_study(store, spec, changes)
-    out = Path(args.outputs)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, value in work.items():
-        (out / f"{name}.json").write_text(value if isinstance(value, str) else json.dumps(value))
+    write_outputs(args.outputs, plan_study(store, spec, changes))

@@ -38,7 +38,7 @@ from bertology import vocab
 from bertology.errors import BadInput
 from bertology.results.tables import SCHEMA_VERSION, TABLES, publish_rows
 from bertology.spec import as_int, check_keys, content_id, require_key
-from bertology.steps.harness import require_spec
+from bertology.steps.harness import require_spec, write_outputs
 from bertology.store import Store
 
 log = logging.getLogger("bertology")
@@ -216,7 +216,7 @@ STUDY_PARAMS = {
 
 def plan_study(store: Store, name: str, raw: dict[str, str]) -> dict:
     """The study's plan: one vocab spec per model (stand-ins applied), stored like a fine-tuning plan."""
-    from bertology.study import PRESETS, stand_in
+    from bertology.study import PRESETS, stand_in, typed_param
 
     unknown = sorted(set(raw) - set(STUDY_PARAMS))
     if unknown:
@@ -225,11 +225,8 @@ def plan_study(store: Store, name: str, raw: dict[str, str]) -> dict:
     preset = values["preset"]
     if preset not in PRESETS:
         raise BadInput(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
-    try:
-        models = json.loads(values["models"])
-    except json.JSONDecodeError:
-        models = None
-    if not isinstance(models, list) or not models or not all(isinstance(m, str) and m for m in models):
+    models = typed_param("models", values["models"])  # a JSON list of strings, as every study's `models`
+    if not models or not all(models):
         raise BadInput(f"parameter 'models' must be a non-empty JSON list of model references, got {values['models']!r}")
     changes: list[str] = []
     models = list(dict.fromkeys(stand_in(preset, m, "model", changes) for m in models))
@@ -258,11 +255,7 @@ def run(store: Store, args) -> None:
     if args.study:
         from bertology.study import parse_pairs
 
-        work = plan_study(store, args.study, parse_pairs(args.param, "--param"))
-        out = Path(args.outputs)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, value in work.items():
-            (out / f"{name}.json").write_text(value if isinstance(value, str) else json.dumps(value))
+        write_outputs(args.outputs, plan_study(store, args.study, parse_pairs(args.param, "--param")))
         return
     spec = require_spec(args, "vocab-overlap")
     study = spec.pop("study", None) if isinstance(spec, dict) else None

@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from bertology.interventions.manifest import parameter_count
 from bertology.train.device import autocast
 
 WARMUP, REPEATS = 2, 5
@@ -20,8 +21,7 @@ WARMUP, REPEATS = 2, 5
 
 def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
     """All parameters, and those of the encoder (embeddings, layers, pooler: no task head)."""
-    return {"n_params": sum(p.numel() for p in model.parameters()),
-            "encoder_params": sum(p.numel() for p in model.base_model.parameters())}
+    return {"n_params": parameter_count(model), "encoder_params": parameter_count(model.base_model)}
 
 
 @torch.inference_mode()
