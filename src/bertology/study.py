@@ -81,7 +81,9 @@ PARAMS: dict[str, tuple[str, str]] = {
     # how runs execute (never part of a run id)
     "checkpoint_every": ("int", "1000"),
     "compile": ("bool", "false"),
-    "bundle": ("int", "1"),  # cells per pod: one pod fine-tunes, evaluates and analyses N runs in turn
+    # cells per pod: one pod fine-tunes, evaluates and analyses N runs in turn; empty = the smallest N that
+    # keeps the Workflow inside Argo's budget (bertology.steps.budget)
+    "bundle": ("optional-int", ""),
 }
 REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
                  "eval_every", "reference", "checkpoint_every", "compile")
@@ -106,7 +108,7 @@ class StudySpec:
     intermediates: tuple[str, ...] = ()
     eval_count: int | None = None
     doc_stride: int | None = None
-    bundle: int = 1  # how the cells are packed into pods: not part of the study's id
+    bundle: int | None = None  # runs per pod (None: automatic); how cells are packed, not part of the id
 
     @classmethod
     def from_params(cls, name: str, raw: dict[str, str]) -> tuple[StudySpec, list[str]]:
@@ -156,7 +158,7 @@ class StudySpec:
             raise BadInput(f"variant names must be unique, got '{dup}' twice (a grid's name needs its {{axis}})")
         if len(set(self.seeds)) != len(self.seeds):
             raise BadInput(f"seeds must be unique, got {list(self.seeds)}")
-        if self.bundle < 1:
+        if self.bundle is not None and self.bundle < 1:
             raise BadInput(f"parameter 'bundle' must be >= 1 (cells per pod), got {self.bundle}")
 
     def to_dict(self) -> dict:

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bertology.errors import BadInput, BertologyError
-from bertology.steps.harness import require_spec
+from bertology.steps.harness import require_study
 from bertology.store import Store, open_store
 from bertology.study import parse_pairs
 from bertology.tasks.registry import TASKS
@@ -306,11 +306,8 @@ def regress(store: Store, study: str, study_id: str, *, baseline_store: Store, b
 
 
 def run(store: Store, args) -> None:
-    spec = require_spec(args, "regress")
-    if not isinstance(spec, dict) or not {"name", "id"} <= set(spec):
-        raise BadInput(f"regress --spec must be {{\"name\": ..., \"id\": ...}} (plan's study output), "
-                       f"got {spec!r}")
+    name, study_id, _ = require_study(args, "regress")
     options = _options(args.param)
     baseline_store = open_store(options["baseline_store"]) if options.get("baseline_store") else store
-    regress(store, spec["name"], spec["id"], baseline_store=baseline_store, baseline=options["baseline"],
+    regress(store, name, study_id, baseline_store=baseline_store, baseline=options["baseline"],
             promote_it=options["promote"] == "true", tolerances=parse_tolerances(options.get("tolerances")))

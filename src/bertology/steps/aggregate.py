@@ -15,25 +15,38 @@ from pathlib import Path
 
 import polars as pl
 
-from bertology.errors import BadInput
+from bertology.errors import BadInput, BertologyError
 from bertology.results.report import Report, build_report, html, markdown
 from bertology.results.study_results import load_study_results
-from bertology.steps.harness import require_spec
+from bertology.steps.harness import require_study
 from bertology.store import Store
 
 log = logging.getLogger("bertology")
 
 
+class IncompleteStudy(BertologyError):
+    """Some of the plan's runs failed or are missing: the report is written and lists them, and the step
+    fails (exit 1, not retried) so the Workflow ends Failed instead of reporting a partial study as done."""
+
+
 def aggregate(store: Store, name: str, study_id: str, *, best_of_runs: bool = False,
-              out: Path | None = None, echo: bool = True) -> list[str]:
-    """Build and write the study's report; returns where each file went (store URLs, then paths in `out`)."""
-    report = build_report(load_study_results(store, name, study_id), best_of_runs=best_of_runs)
+              out: Path | None = None, echo: bool = True, require_complete: bool = False) -> list[str]:
+    """Build and write the study's report; returns where each file went (store URLs, then paths in `out`).
+
+    With `require_complete` (the workflow's aggregate step, which runs after failed cells too) a study
+    with missing runs raises IncompleteStudy once its report is written."""
+    results = load_study_results(store, name, study_id)
+    report = build_report(results, best_of_runs=best_of_runs)
     written = write_report(store, report, out)
     if echo:
         print(markdown(report), flush=True)
     for location in written:
         log.info("wrote %s", location)
     log.info("results (Parquet, hive-partitioned): %s", store.url("results/"))
+    if require_complete and results.missing:
+        raise IncompleteStudy(f"{len(results.missing)} of {len(results.cells)} runs of study {name} ({study_id}) "
+                              f"failed or are missing (listed in the report: {written[-1]}); rerun the study "
+                              f"to retry them, finished runs are reused")
     return written
 
 
@@ -60,8 +73,7 @@ def write_report(store: Store, report: Report, out: Path | None = None) -> list[
 
 
 def run(store: Store, args) -> None:
-    spec = require_spec(args, "aggregate")
-    if not isinstance(spec, dict) or not {"name", "id"} <= set(spec) or set(spec) - {"name", "id", "best_of_runs"}:
-        raise BadInput(f"aggregate --spec must be {{\"name\": ..., \"id\": ...[, \"best_of_runs\": true]}}, "
-                       f"got {spec!r}")
-    aggregate(store, spec["name"], spec["id"], best_of_runs=bool(spec.get("best_of_runs", False)))
+    name, study_id, options = require_study(args, "aggregate")
+    if set(options) - {"best_of_runs"}:
+        raise BadInput(f"aggregate --spec takes name, id and best_of_runs, got {sorted(options)}")
+    aggregate(store, name, study_id, best_of_runs=bool(options.get("best_of_runs", False)), require_complete=True)

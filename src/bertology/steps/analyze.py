@@ -85,5 +85,5 @@ def analyze(store: Store, cell: Cell) -> str:
 
 
 def run(store: Store, args) -> None:
-    for cell in require_cells(args, "analyze"):
+    for cell in require_cells(store, args, "analyze"):
         analyze(store, cell)

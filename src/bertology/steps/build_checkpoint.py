@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bertology.spec import CheckpointSpec
 from bertology.steps.common import checkpoint_key, local_model_ref, model_config
-from bertology.steps.harness import require_spec
+from bertology.steps.harness import require_one
 from bertology.store import Store
 
 log = logging.getLogger("bertology")
@@ -58,4 +58,4 @@ def build(store: Store, spec: CheckpointSpec) -> str:
 
 
 def run(store: Store, args) -> None:
-    build(store, CheckpointSpec.from_dict(require_spec(args, "build-checkpoint")))
+    build(store, require_one(store, args, "build-checkpoint", "checkpoint"))

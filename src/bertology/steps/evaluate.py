@@ -84,5 +84,5 @@ def model_profile(model, run, store: Store, device) -> dict:
 
 
 def run(store: Store, args) -> None:
-    for cell in require_cells(args, "evaluate"):
+    for cell in require_cells(store, args, "evaluate"):
         evaluate(store, cell)

@@ -107,5 +107,5 @@ def finetune(store: Store, cell: Cell) -> str:
 
 
 def run(store: Store, args) -> None:
-    for cell in require_cells(args, "finetune"):
+    for cell in require_cells(store, args, "finetune"):
         finetune(store, cell)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput, BertologyError, Transient
 from bertology.spec import parse_json_arg
+from bertology.steps import planned
 from bertology.store import Store, open_store
 
 log = logging.getLogger("bertology")
@@ -31,7 +32,9 @@ def _on_sigterm(signum, frame):
 def parser(step: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"python -m jobs.{step}", description=f"bertology step: {step}")
     p.add_argument("--store", default=None, help="store root URI (file://PATH, PATH or s3://BUCKET/PREFIX)")
-    p.add_argument("--spec", default=None, help="the step's spec as JSON")
+    p.add_argument("--spec", default=None, help="the step's spec as JSON (by hand; workflows pass --plan and --ids)")
+    p.add_argument("--plan", default=None, metavar="NAME:STUDY_ID", help="the stored plan the step's work is in")
+    p.add_argument("--ids", default=None, metavar="ID[,ID...]", help="the ids of the step's work in --plan")
     p.add_argument("--study", default=None, help="study name (plan)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a study parameter (plan) or option (regress); repeatable")
@@ -98,17 +101,45 @@ def write_outputs(directory: str, outputs: dict) -> None:
         (out / f"{name}.json").write_text(value if isinstance(value, str) else json.dumps(value))
 
 
-def require_cells(args: argparse.Namespace, step: str) -> list:
-    """The step's cells: one cell, or a bundle (a non-empty list) that one pod runs in order, so a study
-    of hundreds of runs stays far below Argo's node limits. Every cell is checked before any runs."""
+def require_cells(store: Store, args: argparse.Namespace, step: str) -> list:
+    """The step's cells: one cell, or a bundle that one pod runs in order, so a study of hundreds of runs
+    stays far below Argo's node limits. From the stored plan (`--plan`, `--ids`), or a `--spec` given by
+    hand (a cell or a non-empty list of cells). Every cell is checked before any runs."""
     from bertology.spec import Cell
 
-    spec = require_spec(args, step)
-    if isinstance(spec, list):
-        if not spec:
+    if args.plan is not None:
+        cells = planned.load_plan(store, args.plan).cells(planned.parse_ids(args.ids, step))
+    else:
+        spec = require_spec(args, step)
+        if isinstance(spec, list) and not spec:
             raise BadInput(f"{step} --spec is an empty list (give a cell or a list of cells)")
-        cells = [Cell.from_dict(c) for c in spec]
+        cells = [Cell.from_dict(c) for c in (spec if isinstance(spec, list) else [spec])]
+    if len(cells) > 1:
         for i, cell in enumerate(cells, 1):
             log.info("bundle: cell %d of %d is run %s", i, len(cells), cell.run.id)
-        return cells
-    return [Cell.from_dict(spec)]
+    return cells
+
+
+def require_one(store: Store, args: argparse.Namespace, step: str, kind: str):
+    """The one dataset or checkpoint spec a step makes: `--plan` + `--ids ID`, or `--spec` by hand."""
+    from bertology.spec import CheckpointSpec, DatasetSpec
+
+    if args.plan is not None:
+        ids = planned.parse_ids(args.ids, step)
+        if len(ids) != 1:
+            raise BadInput(f"{step} makes one {kind} per pod, got --ids {args.ids!r}")
+        plan = planned.load_plan(store, args.plan)
+        return plan.dataset(ids[0]) if kind == "dataset" else plan.checkpoint(ids[0])
+    spec = require_spec(args, step)
+    return DatasetSpec.from_dict(spec) if kind == "dataset" else CheckpointSpec.from_dict(spec)
+
+
+def require_study(args: argparse.Namespace, step: str) -> tuple[str, str, dict]:
+    """(name, study id, options) of a whole-study step: `--plan NAME:ID`, or by hand
+    `--spec '{"name": …, "id": …}'` (options: the spec's other keys)."""
+    if args.plan is not None:
+        return (*planned.parse_plan_ref(args.plan), {})
+    spec = require_spec(args, step)
+    if not isinstance(spec, dict) or not {"name", "id"} <= set(spec):
+        raise BadInput(f"{step} needs --plan NAME:STUDY_ID, or --spec '{{\"name\": …, \"id\": …}}'; got {spec!r}")
+    return spec["name"], spec["id"], {k: v for k, v in spec.items() if k not in ("name", "id")}

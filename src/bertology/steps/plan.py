@@ -17,6 +17,7 @@ from bertology.errors import BadInput, TooSmall
 from bertology.interventions import chain_config, validate_chain
 from bertology.results.tables import results_key
 from bertology.spec import Intervention, canonical_json
+from bertology.steps import budget, planned
 from bertology.steps.common import model_config
 from bertology.steps.harness import write_outputs
 from bertology.store import Store
@@ -76,25 +77,30 @@ def _validate_variant(spec: StudySpec, variant: Variant) -> Variant:
 
 
 def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
+    """Write the plan (every spec, once) and return Argo's work lists: plain tokens only (see planned)."""
     cells = spec.cells()
     plan = {"study": spec.name, "study_id": spec.id, "spec": {**spec.to_dict(), "baseline": spec.baseline},
-            "preset_changes": list(changes), "cells": [json.loads(canonical_json(c)) for c in cells]}
-    store.write_json(f"studies/{spec.name}/{spec.id}/plan.json", plan)
+            "preset_changes": list(changes), "cells": [json.loads(canonical_json(c)) for c in cells],
+            "datasets": {c.run.dataset.id: json.loads(canonical_json(c.run.dataset)) for c in cells},
+            "checkpoints": {c.run.checkpoint.id: json.loads(canonical_json(c.run.checkpoint)) for c in cells}}
+    store.write_json(planned.plan_key(spec.name, spec.id), plan)
 
     published = {k for t in CELL_TABLES for k in store.list(f"results/{t}/study={spec.name}")}
     todo = [c for c in cells if not all(results_key(t, spec.name, c.run.id) in published for t in CELL_TABLES)]
-    checkpoints = {c.run.checkpoint.id: c.run.checkpoint for c in todo}
-    datasets = {c.run.dataset.id: c.run.dataset for c in todo}
-    bundles = [todo[i:i + spec.bundle] for i in range(0, len(todo), spec.bundle)]
-    work = {
-        "checkpoints": [{"id": k, "spec": canonical_json(v)} for k, v in checkpoints.items()],
-        "datasets": [{"id": k, "spec": canonical_json(v)} for k, v in datasets.items()],
-        # one item per pod: a cell, or with bundle > 1 a list of cells run in turn
-        "runs": [{"id": b[0].run.id, "spec": canonical_json(b[0] if spec.bundle == 1 else b)} for b in bundles],
-        "study": json.dumps({"name": spec.name, "id": spec.id}),
-    }
-    log.info("study %s (%s): %d cells, %d to run in %d pods; %d checkpoints, %d datasets to make",
-             spec.name, spec.id, len(cells), len(todo), len(bundles), len(checkpoints), len(datasets))
+    checkpoints = list(dict.fromkeys(c.run.checkpoint.id for c in todo))
+    datasets = list(dict.fromkeys(c.run.dataset.id for c in todo))
+    bundle = spec.bundle or budget.auto_bundle(len(todo), len(datasets), len(checkpoints))
+    pods = [",".join(c.run.id for c in todo[i:i + bundle]) for i in range(0, len(todo), bundle)]
+    nodes = budget.workflow_nodes(len(datasets), len(checkpoints), len(pods))
+    size = budget.status_bytes(len(datasets), len(checkpoints), pods, store.uri, planned.plan_ref(spec.name, spec.id))
+    if nodes > budget.MAX_NODES or size > budget.MAX_STATUS_BYTES:
+        log.warning("study %s: about %d Argo nodes and %d KiB of workflow status, over the budget of %d nodes "
+                    "and %d KiB (set a larger bundle)", spec.name, nodes, size // 1024, budget.MAX_NODES,
+                    budget.MAX_STATUS_BYTES // 1024)
+    work = {"checkpoints": checkpoints, "datasets": datasets, "runs": pods,
+            "study": planned.plan_ref(spec.name, spec.id)}
+    log.info("study %s (%s): %d cells, %d to run in %d pods of up to %d; %d checkpoints, %d datasets to make",
+             spec.name, spec.id, len(cells), len(todo), len(pods), bundle, len(checkpoints), len(datasets))
     return work
 
 

@@ -24,7 +24,7 @@ from bertology import tasks
 from bertology.data import subset_indices, tokenize_split
 from bertology.spec import DatasetSpec
 from bertology.steps.common import dataset_key, local_model_ref
-from bertology.steps.harness import require_spec
+from bertology.steps.harness import require_one
 from bertology.store import Store
 
 log = logging.getLogger("bertology")
@@ -95,4 +95,4 @@ def prepare(store: Store, spec: DatasetSpec) -> str:
 
 
 def run(store: Store, args) -> None:
-    prepare(store, DatasetSpec.from_dict(require_spec(args, "prepare-data")))
+    prepare(store, require_one(store, args, "prepare-data", "dataset"))

@@ -38,6 +38,7 @@ from bertology import vocab
 from bertology.errors import BadInput
 from bertology.results.tables import SCHEMA_VERSION, TABLES, publish_rows
 from bertology.spec import as_int, check_keys, content_id, require_key
+from bertology.steps import planned
 from bertology.steps.harness import require_spec, write_outputs
 from bertology.store import Store
 
@@ -243,12 +244,14 @@ def plan_study(store: Store, name: str, raw: dict[str, str]) -> dict:
         corpus_digest(spec.corpus)  # a missing corpus file is refused before any tokenizer loads
     study_spec = {"kind": "vocab-overlap", "name": name, "preset": preset, "models": models, **options}
     study_id = content_id("study", study_spec)
-    store.write_json(f"studies/{name}/{study_id}/plan.json", {
-        "study": name, "study_id": study_id, "spec": study_spec, "preset_changes": changes, "cells": []})
+    analyses = {content_id("vocab-spec", s.to_dict()): s.to_dict() for s in specs}
+    store.write_json(planned.plan_key(name, study_id), {
+        "study": name, "study_id": study_id, "spec": study_spec, "preset_changes": changes, "cells": [],
+        "analyses": analyses})
     for change in changes:
         log.info("preset %s: %s", preset, change)
-    return {"specs": [{"spec": json.dumps({**s.to_dict(), "study": name})} for s in specs],
-            "study": json.dumps({"name": name, "id": study_id})}
+    # plain tokens only (see bertology.steps.planned): each pod reads its spec from the plan
+    return {"specs": list(analyses), "study": planned.plan_ref(name, study_id)}
 
 
 def run(store: Store, args) -> None:
@@ -257,8 +260,15 @@ def run(store: Store, args) -> None:
 
         write_outputs(args.outputs, plan_study(store, args.study, parse_pairs(args.param, "--param")))
         return
-    spec = require_spec(args, "vocab-overlap")
-    study = spec.pop("study", None) if isinstance(spec, dict) else None
+    if args.plan is not None:
+        plan = planned.load_plan(store, args.plan)
+        ids = planned.parse_ids(args.ids, "vocab-overlap")
+        if len(ids) != 1:
+            raise BadInput(f"vocab-overlap measures one tokenizer per pod, got --ids {args.ids!r}")
+        spec, study = dict(plan.work("analyses", ids[0])), plan.name
+    else:  # by hand: --spec '{"model": …[, "study": NAME]}'
+        spec = require_spec(args, "vocab-overlap")
+        study = spec.pop("study", None) if isinstance(spec, dict) else None
     key = analyse(store, VocabSpec.from_dict(spec))
     if study is not None:
         publish_rows(store, TABLE, study, key.rsplit("/", 1)[-1], {"study": study, "model": spec["model"]},
