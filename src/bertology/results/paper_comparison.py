@@ -45,6 +45,7 @@ table shows them without a difference and only the orderings are compared.
 
 from __future__ import annotations
 
+import itertools
 from functools import cache
 from importlib import resources
 
@@ -141,7 +142,7 @@ def compare_orderings(cells: pl.DataFrame) -> pl.DataFrame:
     for (group,), members in usable.partition_by("group", maintain_order=True, as_dict=True).items():
         by = "column" if members["column"].n_unique() > 1 else "row"
         levels = sorted(set(members["paper"].to_list()), reverse=True)
-        for high, low in zip(levels, levels[1:]):
+        for high, low in itertools.pairwise(levels):
             for a in members.filter(pl.col("paper") == high).iter_rows(named=True):
                 for b in members.filter(pl.col("paper") == low).iter_rows(named=True):
                     rows.append({"report": a["report"], "table": a["table"], "group": group,
@@ -232,7 +233,7 @@ def _match(paper: pl.DataFrame, ours: pl.DataFrame) -> pl.DataFrame:
 def _same_result(a: dict, b: dict) -> bool:
     """Whether two paper cells matched the same row of ours (two paper models stood in by one)."""
     keys = ("our_model", *(k for k in KEYS if k != "model"), "quantity")
-    return all(a[k] == b[k] for k in keys) and a["model"] != b["model"]
+    return all(a.get(k) == b.get(k) for k in keys) and a.get("model") != b.get("model")
 
 
 def _interval(cell: dict) -> str | None:

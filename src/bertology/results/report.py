@@ -416,7 +416,6 @@ def _paper(results, summary, levels):
         note += (" The models were stood in (a tiny or demo preset, or models other than the report's): the "
                  "values are not comparable, so no difference is given; compare the orderings only.")
     run = cells.filter(pl.col("status") != "not run")
-    num = lambda x: "—" if x is None else f"{x:.4g}"  # noqa: E731
     keys = _shown(run, ["table", "row", "column", "model", "variant", "task", "intermediate", "split", "metric"],
                   always=("table", "row", "column"))
     shown_cells = run.select(
@@ -427,7 +426,7 @@ def _paper(results, summary, levels):
     shown_orderings = orderings.select(
         "table", "group", "ordering",
         _text(lambda a, b: f"{a:.4g} > {b:.4g}", "paper_higher", "paper_lower", name="report"),
-        _text(lambda a, b, ca, cb: f"{num(a)} vs {num(b)}" + (f" ({ca} vs {cb})" if ca and cb else ""),
+        _text(lambda a, b, ca, cb: f"{_num(a)} vs {_num(b)}" + (f" ({ca} vs {cb})" if ca and cb else ""),
               "ours_higher", "ours_lower", "ci_higher", "ci_lower", name="this run"), "status")
     not_run = cells.height - run.height
     tables = ((f"Cells ({run.height} of {cells.height} run"
@@ -541,6 +540,10 @@ def _text(fn: Callable[..., str], *columns: str, name: str = "cell", **kwargs) -
     """A display column: `fn` of each row's `columns` (display only: one row per group, not per run)."""
     return pl.struct(*columns).map_elements(lambda s: fn(*(s[c] for c in columns), **kwargs),
                                             return_dtype=pl.String).alias(name)
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4g}"
 
 
 def _signed(value: float | None) -> str:
