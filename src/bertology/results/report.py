@@ -422,7 +422,7 @@ def _paper(results, summary, levels):
         *keys, pl.col("printed").alias("report"),
         _text(lambda m, s, n: "—" if m is None else f"{m:.4g}" + ("" if s is None else f" ± {s:.2g}") + f" (n={n})",
               "ours", "ours_sd", "n", name="this run"),
-        _text(lambda d: "—" if d is None else f"{d:+.4g}", "difference", name="difference"), "status")
+        _text(lambda d: "—" if d is None else f"{d:+.3f}", "difference", name="difference"), "status")
     shown_orderings = orderings.select(
         "table", "group", "ordering",
         _text(lambda a, b: f"{a:.4g} > {b:.4g}", "paper_higher", "paper_lower", name="report"),
