@@ -178,6 +178,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     for location in written:
         if location.endswith(("report.md", "report.html")):
             print(location)
+    orderings = f"studies/{args.study}/{study_id}/tables/paper_orderings.parquet"
+    if store.exists(orderings):  # a study of one of the reports: does it reproduce the report's orderings?
+        import polars as pl
+
+        from bertology.results.paper_comparison import verdict
+
+        print(f"the report vs this run: {verdict(pl.from_arrow(store.read_parquet(orderings)))}")
     return 0
 
 

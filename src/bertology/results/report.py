@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
-from bertology.results import analysis, plots
+from bertology.results import analysis, paper_comparison, plots
 from bertology.results.analysis import HEAD_AXES, ROWS
 from bertology.results.study_results import StudyResults
 
@@ -71,6 +71,7 @@ def build_report(results: StudyResults, *, best_of_runs: bool = False) -> Report
         tables["main"] = summary
         parts = [_main, *([_best_of_runs] if best_of_runs else []), _heads, _level_curves, _sequential,
                  _perplexity, _activations, _weights, _profile, *parts]
+    parts.append(_paper)
     levels = analysis.variant_levels(results.spec["variants"])
     sections = []
     for part in parts:
@@ -387,6 +388,54 @@ def _preset(results, summary, levels):
     return [Section("Preset changes", note, items=results.preset_changes)], {}
 
 
+def _paper(results, summary, levels):
+    """The report vs this run: the report's transcribed numbers beside ours and whether its orderings hold
+    (bertology.results.paper_comparison)."""
+    if paper_comparison.paper_numbers(results.name).is_empty():
+        return [], {}
+    t = results.tables
+    heads = (analysis.head_delta_summary(analysis.head_deltas(summary, levels))
+             if summary is not None and set(HEAD_AXES) <= set(levels.columns) else None)
+    ours = paper_comparison.our_values(
+        paper_comparison.all_metrics_summary(t["runs"], results.baseline) if "runs" in t else None,
+        head_summary=heads,
+        forgetting=analysis.forgetting_curve(t["curves"]) if "curves" in t else None,
+        vocabulary=analysis.vocabulary_table(results.vocabulary) if results.vocabulary is not None else None,
+        profile=analysis.model_profile_summary(t["model_profile"], results.baseline) if "model_profile" in t else None)
+    stood_in = results.spec.get("preset") in ("tiny", "demo")
+    cells = paper_comparison.compare_cells(results.name, ours, comparable=not stood_in)
+    orderings = paper_comparison.compare_orderings(cells)
+    verdict = paper_comparison.verdict(orderings)
+    comparable = not (cells["status"] == "not comparable").any()
+    note = (f"{verdict}. The report's own numbers (paper_numbers.csv, transcribed from its tables) beside this "
+            "run's mean over seeds; difference = ours - the report's. An ordering is each pair of cells the "
+            "report's table puts in order (A > B); it holds when our mean of A is above B's, \"within CI "
+            "overlap\" when the bootstrap 95% intervals of the two overlap (rule: "
+            "bertology.results.paper_comparison).")
+    if not comparable:
+        note += (" The models were stood in (a tiny or demo preset, or models other than the report's): the "
+                 "values are not comparable, so no difference is given; compare the orderings only.")
+    run = cells.filter(pl.col("status") != "not run")
+    keys = _shown(run, ["table", "row", "column", "model", "variant", "task", "intermediate", "split", "metric"],
+                  always=("table", "row", "column"))
+    shown_cells = run.select(
+        *keys, pl.col("printed").alias("report"),
+        _text(lambda m, s, n: "—" if m is None else f"{m:.4g}" + ("" if s is None else f" ± {s:.2g}") + f" (n={n})",
+              "ours", "ours_sd", "n", name="this run"),
+        _text(lambda d: "—" if d is None else f"{d:+.3f}", "difference", name="difference"), "status")
+    shown_orderings = orderings.select(
+        "table", "group", "ordering",
+        _text(lambda a, b: f"{a:.4g} > {b:.4g}", "paper_higher", "paper_lower", name="report"),
+        _text(lambda a, b, ca, cb: f"{_num(a)} vs {_num(b)}" + (f" ({ca} vs {cb})" if ca and cb else ""),
+              "ours_higher", "ours_lower", "ci_higher", "ci_lower", name="this run"), "status")
+    not_run = cells.height - run.height
+    tables = ((f"Cells ({run.height} of {cells.height} run"
+               + (f"; the {not_run} others are in tables/paper_cells.parquet)" if not_run else ")"), shown_cells),
+              (f"Orderings: {verdict}", shown_orderings))
+    return ([Section("The report vs this run", note, tables)],
+            {"paper_cells": cells.drop("_cell"), "paper_orderings": orderings})
+
+
 # -- rendering --------------------------------------------------------------------------------------------
 
 def markdown(report: Report) -> str:
@@ -491,6 +540,10 @@ def _text(fn: Callable[..., str], *columns: str, name: str = "cell", **kwargs) -
     """A display column: `fn` of each row's `columns` (display only: one row per group, not per run)."""
     return pl.struct(*columns).map_elements(lambda s: fn(*(s[c] for c in columns), **kwargs),
                                             return_dtype=pl.String).alias(name)
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4g}"
 
 
 def _signed(value: float | None) -> str:

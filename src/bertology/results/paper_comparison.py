@@ -1,0 +1,260 @@
+"""The report vs this run: the reports' own numbers (paper_numbers.csv) beside ours, and their orderings.
+
+`paper_numbers.csv` (package data, next to this module) is the transcription of every number of every
+results table of the four reports in ../shared/papers, one row per printed cell, made by parsing the
+reports' text (tests/test_paper_numbers.py checks it against that text):
+- report, table (as the report names it: "Table 1", "Figure 2" where a figure is a table of numbers,
+  "§5.6 MRPC table" for the college report's uncaptioned table), row and column (the keys as printed; a
+  two-level header as "EN/shuff"), printed (the cell's text), source (section, table and text line), note
+  (what we assumed to map it, e.g. the metric of a report that says only "GLUE scores");
+- value: the number in our units, = printed × scale (`scale` 1 where the report already prints fractions,
+  as all four do for GLUE; 0.01 for a percentage; 1e6 for "# param(M)"); empty where the report prints
+  "NA" or "-"; paper_sd where it prints "mean (± sd)";
+- our keys: study (the workflow), model (hub id), task, split, metric and variant (our names), intermediate
+  ("none" for a direct fine-tune), layer/head (0-based, the report's 1-based "Layer 1" is 0), over/index
+  (which head-delta summary row: the college report's Figures 7–10), step (the cross-lingual Table 1's
+  "#501" is step 500, assumed), quantity (what the number is: "mean" of a run's final metric over seeds,
+  "delta" from the baseline, "curve" at a training step, "value" of a one-off measurement such as a
+  vocabulary count, "summary:<stat>" of the head deltas), ordering_group (the cells whose order the table
+  implies, ";"-separated where a cell is in two).
+
+Not transcribed: the partial-reinitialization report has no numeric results table (its results are Figures
+1–5 only; its Table 1 is task statistics), nor do the college report's Figures 1, 3 and 4 (plots); the
+cross-lingual report's Figures 1–3 and A.1–A.4 are plots. Numbers only in running text that restate a table
+(e.g. "the baseline accuracy score of 0.777", which its Figure 2 prints as 0.776) are not separate cells;
+the text numbers that are in no table are (English BERT's 30,522 and 26,503 word-pieces, the 1.45% and
+1.12% English-like contexts, the head-reinit baselines 0.526 and 0.872).
+
+Orderings: within each ordering group, the paper's distinct values sorted descending form levels; every
+cell of a level is above every cell of the next level ("A > B"; ties imply nothing). The text's stated
+orderings (e.g. "reversed models always outperform clean models", WNLI above RTE as CoLA's intermediate
+task) are all between cells of one group, so they are among these. The rule for our results, per ordering
+A > B (`ordering_status`):
+- "not run": A or B has no result of ours, or both map to the same result (stand-ins merged two models);
+- "holds": our mean of A > our mean of B, and their bootstrap 95% intervals are disjoint, or either has
+  none (fewer than 2 seeds: the means decide alone);
+- "holds (within CI overlap)": our mean of A > B's but the intervals overlap;
+- "violated (within CI overlap)": our mean of A <= B's, intervals overlapping;
+- "violated": our mean of A <= B's, intervals disjoint or absent.
+The verdict counts the first two as holding: "12 of 14 orderings hold".
+
+Models: a paper model we ran is itself; one we did not run maps to the one model our results have for the
+same variant (a preset's stand-in, or a user's model), and the values are then not comparable: the cells
+table shows them without a difference and only the orderings are compared.
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import cache
+from importlib import resources
+
+import polars as pl
+
+from bertology.results import stats
+
+KEYS = ("model", "task", "split", "metric", "variant", "intermediate", "layer", "head", "over", "index", "step")
+ORDERED = ("mean", "value", "curve")  # quantities whose cells take part in orderings
+HOLDS = ("holds", "holds (within CI overlap)")
+OURS = {"ours": pl.Float64, "ours_sd": pl.Float64, "n": pl.Int64, "ci_low": pl.Float64, "ci_high": pl.Float64}
+PROFILE_METRICS = ("n_params", "speedup", "intervention_cpu_seconds")
+VOCAB_METRICS = ("vocab_size", "english_like", "overlap", "english_window_share")
+DESCRIBE = ("n", "mean", "std", "min", "25%", "50%", "75%", "max")
+
+
+@cache
+def _all_numbers() -> pl.DataFrame:
+    text = resources.files("bertology.results").joinpath("paper_numbers.csv").read_bytes()
+    strings = {c: pl.String for c in ("report", "table", "row", "column", "printed", "quantity", "study",
+                                      "ordering_group", "source", "note", *KEYS)}
+    return pl.read_csv(text, schema_overrides={**strings, "value": pl.Float64, "scale": pl.Float64,
+                                               "paper_sd": pl.Float64})
+
+
+def paper_numbers(study: str | None = None) -> pl.DataFrame:
+    """The transcribed cells, of one study (workflow name) or all."""
+    numbers = _all_numbers()
+    return numbers if study is None else numbers.filter(pl.col("study") == study)
+
+
+def our_values(summary: pl.DataFrame | None = None, *, head_summary: pl.DataFrame | None = None,
+               forgetting: pl.DataFrame | None = None, vocabulary: pl.DataFrame | None = None,
+               profile: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Our numbers in one long frame, keyed as paper_numbers: KEYS (String, null where a frame has no such
+    label), quantity, and ours (the value), ours_sd, n, ci_low, ci_high.
+
+    - summary: rows of bertology.results.stats.summarize (the main table's columns: model, task, split,
+      metric, variant, intermediate, n, mean, sd, ci_low, ci_high, delta): quantity "mean", and "delta"
+      where it has a delta;
+    - head_summary: analysis.head_delta_summary: quantity "summary:<stat>" per over/index;
+    - forgetting: analysis.forgetting_curve: quantity "curve" per step (perplexity);
+    - vocabulary: analysis.vocabulary_table; profile: analysis.model_profile_summary: quantity "value".
+    """
+    parts = []
+    if summary is not None and not summary.is_empty():
+        parts.append(_long(summary, "mean", mean="mean", sd="sd", n="n", ci_low="ci_low", ci_high="ci_high"))
+        if "delta" in summary.columns:
+            parts.append(_long(summary.filter(pl.col("delta").is_not_null()), "delta", mean="delta"))
+    if head_summary is not None and not head_summary.is_empty():
+        heads = head_summary.filter(pl.col("over") != "all")
+        for stat in DESCRIBE:
+            parts.append(_long(heads, f"summary:{stat}", mean=stat))
+    if forgetting is not None and not forgetting.is_empty():
+        parts.append(_long(forgetting.with_columns(pl.lit("perplexity").alias("metric")), "curve",
+                           mean="mean", sd="sd", n="n"))
+    if vocabulary is not None and not vocabulary.is_empty():
+        for metric in (m for m in VOCAB_METRICS if m in vocabulary.columns):
+            parts.append(_long(vocabulary.with_columns(pl.lit(metric).alias("metric")), "value", mean=metric))
+    if profile is not None and not profile.is_empty():
+        for metric in (m for m in PROFILE_METRICS if m in profile.columns):
+            parts.append(_long(profile.with_columns(pl.lit(metric).alias("metric")), "value", mean=metric))
+    if not parts:
+        return pl.DataFrame(schema={**{k: pl.String for k in KEYS}, "quantity": pl.String, **OURS})
+    return pl.concat(parts, how="vertical")
+
+
+def compare_cells(study: str, ours: pl.DataFrame, *, comparable: bool = True) -> pl.DataFrame:
+    """Per transcribed cell of the study: the paper's value, ours (mean over seeds, sd, n, interval), and
+    ours - paper (`difference`, null where the values are not comparable: stand-in models, or `comparable`
+    False). `status`: "compared", "not comparable" or "not run"; `our_model` is the model matched."""
+    paper = paper_numbers(study).with_row_index("_cell")
+    mapped, stood_in = _map_models(paper, ours)
+    comparable = comparable and not stood_in
+    matched = _match(mapped, ours)
+    out = mapped.join(matched, on="_cell", how="left", maintain_order="left")
+    fair = pl.lit(comparable) & (pl.col("our_model") == pl.col("model"))
+    return out.with_columns(
+        pl.when(fair).then(pl.col("ours") - pl.col("value")).alias("difference"),
+        pl.when(pl.col("ours").is_null()).then(pl.lit("not run"))
+        .when(fair).then(pl.lit("compared")).otherwise(pl.lit("not comparable")).alias("status"),
+    ).rename({"value": "paper"}).select(
+        "_cell", "report", "table", "row", "column", "printed", "scale", "quantity", *KEYS, "ordering_group",
+        "paper", "paper_sd", "our_model", *OURS, "difference", "status", "source", "note")
+
+
+def compare_orderings(cells: pl.DataFrame) -> pl.DataFrame:
+    """Every ordering the paper's tables imply (module docstring), from `compare_cells`' output, with
+    whether it holds in our results (`status`, the rule of the module docstring)."""
+    usable = (cells.filter(pl.col("quantity").is_in(ORDERED) & pl.col("paper").is_not_null()
+                           & pl.col("ordering_group").is_not_null())
+              .with_columns(pl.col("ordering_group").str.split(";").alias("group")).explode("group"))
+    rows = []
+    for (group,), members in usable.partition_by("group", maintain_order=True, as_dict=True).items():
+        by = "column" if members["column"].n_unique() > 1 else "row"
+        levels = sorted(set(members["paper"].to_list()), reverse=True)
+        for high, low in itertools.pairwise(levels):
+            for a in members.filter(pl.col("paper") == high).iter_rows(named=True):
+                for b in members.filter(pl.col("paper") == low).iter_rows(named=True):
+                    rows.append({"report": a["report"], "table": a["table"], "group": group,
+                                 "ordering": f"{a[by]} > {b[by]}", "higher": a[by], "lower": b[by],
+                                 "paper_higher": a["paper"], "paper_lower": b["paper"],
+                                 "ours_higher": a["ours"], "ours_lower": b["ours"],
+                                 "ci_higher": _interval(a), "ci_lower": _interval(b),
+                                 "status": ordering_status(a, b)})
+    schema = {"report": pl.String, "table": pl.String, "group": pl.String, "ordering": pl.String,
+              "higher": pl.String, "lower": pl.String, "paper_higher": pl.Float64, "paper_lower": pl.Float64,
+              "ours_higher": pl.Float64, "ours_lower": pl.Float64, "ci_higher": pl.String, "ci_lower": pl.String,
+              "status": pl.String}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def ordering_status(a: dict, b: dict) -> str:
+    """Whether the paper's A > B holds for our results of A and B (dicts with ours, ci_low, ci_high,
+    our_model and the cell keys); the rule of the module docstring."""
+    if a["ours"] is None or b["ours"] is None or _same_result(a, b):
+        return "not run"
+    overlap = (None not in (a["ci_low"], a["ci_high"], b["ci_low"], b["ci_high"])
+               and a["ci_low"] <= b["ci_high"] and b["ci_low"] <= a["ci_high"])
+    if a["ours"] > b["ours"]:
+        return "holds (within CI overlap)" if overlap else "holds"
+    return "violated (within CI overlap)" if overlap else "violated"
+
+
+def verdict(orderings: pl.DataFrame) -> str:
+    """One line: "12 of 14 orderings hold", with how many of those hold only within CI overlap and how many
+    the run could not test."""
+    status = orderings["status"] if "status" in orderings.columns else pl.Series([], dtype=pl.String)
+    tested = int((status != "not run").sum())
+    held = int(status.is_in(HOLDS).sum())
+    overlap = int((status == HOLDS[1]).sum())
+    not_run = int((status == "not run").sum())
+    if tested == 0:
+        return (f"no ordering of the report could be tested ({not_run} not run)" if not_run
+                else "the report states no ordering for this study")
+    details = [f"{overlap} within CI overlap"] if overlap else []
+    details += [f"{not_run} not run"] if not_run else []
+    return f"{held} of {tested} orderings hold" + (f" ({'; '.join(details)})" if details else "")
+
+
+# -- helpers ----------------------------------------------------------------------------------------------
+
+def _long(frame: pl.DataFrame, quantity: str, *, mean: str, sd: str | None = None, n: str | None = None,
+          ci_low: str | None = None, ci_high: str | None = None) -> pl.DataFrame:
+    def col(name: str | None, dtype) -> pl.Expr:
+        return pl.col(name).cast(dtype) if name and name in frame.columns else pl.lit(None, dtype)
+
+    keys = [(pl.col(k).cast(pl.String) if k in frame.columns else pl.lit(None, pl.String)).alias(k) for k in KEYS]
+    out = frame.select(*keys, pl.lit(quantity).alias("quantity"), col(mean, pl.Float64).alias("ours"),
+                       col(sd, pl.Float64).alias("ours_sd"), col(n, pl.Int64).alias("n"),
+                       col(ci_low, pl.Float64).alias("ci_low"), col(ci_high, pl.Float64).alias("ci_high"))
+    return out.with_columns(pl.col("intermediate").fill_null("none"))
+
+
+def _map_models(paper: pl.DataFrame, ours: pl.DataFrame) -> tuple[pl.DataFrame, bool]:
+    """The paper's models as ours: itself when we ran it, else the one model our results have for the cell's
+    variant (any variant for a cell without one); whether any was stood in."""
+    ran = set(ours["model"].drop_nulls())
+    by_variant = {v: set(g["model"].drop_nulls()) for (v,), g in ours.partition_by("variant", as_dict=True).items()}
+    mapping, stood_in = [], False
+    for model, variant in paper.select("model", "variant").iter_rows():
+        if model in ran or model is None:
+            mapping.append(model)
+            continue
+        candidates = by_variant.get(variant, set()) if variant is not None else ran
+        mapping.append(next(iter(candidates)) if len(candidates) == 1 else None)
+        stood_in |= len(candidates) == 1
+    return paper.with_columns(pl.Series("_ours_model", mapping, pl.String)), stood_in
+
+
+def _match(paper: pl.DataFrame, ours: pl.DataFrame) -> pl.DataFrame:
+    """Per paper cell, the first of our rows with its quantity and mapped model whose every other key
+    equals the cell's or is null on either side (a label the report or our table does not have)."""
+    if ours.is_empty():
+        return pl.DataFrame(schema={"_cell": pl.UInt32, "our_model": pl.String, **OURS})
+    right = ours.with_row_index("_ours").rename({k: f"{k}_o" for k in KEYS})
+    pairs = paper.select("_cell", "_ours_model", "quantity", *(k for k in KEYS if k != "model")).join(
+        right, left_on=["_ours_model", "quantity"], right_on=["model_o", "quantity"], how="inner")
+    fits = [pl.col(k).is_null() | pl.col(f"{k}_o").is_null() | (pl.col(k) == pl.col(f"{k}_o"))
+            for k in KEYS if k != "model"]
+    return (pairs.filter(*fits).sort("_cell", "_ours").unique("_cell", keep="first", maintain_order=True)
+            .select("_cell", pl.col("_ours_model").alias("our_model"), *OURS))
+
+
+def _same_result(a: dict, b: dict) -> bool:
+    """Whether two paper cells matched the same row of ours (two paper models stood in by one)."""
+    keys = ("our_model", *(k for k in KEYS if k != "model"), "quantity")
+    return all(a.get(k) == b.get(k) for k in keys) and a.get("model") != b.get("model")
+
+
+def _interval(cell: dict) -> str | None:
+    if cell["ci_low"] is None or cell["ci_high"] is None:
+        return None
+    return f"[{cell['ci_low']:.3f}, {cell['ci_high']:.3f}]"
+
+
+def all_metrics_summary(runs: pl.LazyFrame | pl.DataFrame, baseline: str | None) -> pl.DataFrame:
+    """The main table's statistics (bertology.results.stats.summarize) for every metric, not only the
+    primary one (the reports print MRPC accuracy, the test split's perplexity), plus "accuracy_f1_mean",
+    the mean of accuracy and F1 per run and split (the college report's MRPC "Accuracy & F1", HF run_glue's
+    combined score)."""
+    runs = runs.lazy()
+    columns = runs.collect_schema().names()
+    labels = [c for c in columns if c not in ("run_id", "split", "metric", "value", "primary")]
+    both = (runs.filter(pl.col("metric").is_in(["accuracy", "f1"]))
+            .group_by("run_id", "split", maintain_order=True)
+            .agg(pl.col("value").mean(), pl.col("metric").n_unique().alias("_metrics"), *(pl.col(c).first() for c in labels))
+            .filter(pl.col("_metrics") == 2).drop("_metrics")
+            .with_columns(pl.lit("accuracy_f1_mean").alias("metric"), pl.lit(False).alias("primary")))
+    combined = pl.concat([runs, both.select(columns)], how="vertical")
+    by = [c for c in ("model", "task", "intermediate", "fraction", "count", "split", "metric") if c in columns]
+    return stats.summarize(combined, by=by, baseline=baseline)

@@ -1,0 +1,229 @@
+"""The reports' own numbers (paper_numbers.csv) against the reports' text, and the report-vs-this-run logic."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from bertology.cli import main
+from bertology.results import paper_comparison as pc
+from bertology.results.report import build_report, html, markdown
+from bertology.results.study_results import load_study_results
+from bertology.results.tables import publish
+from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Intervention, RunSpec
+from bertology.store import open_store
+
+EN = "google-bert/bert-base-uncased"
+
+
+def _papers() -> Path | None:
+    """../shared/papers beside the checkout (CI clones next to shared/), found by searching upward."""
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "shared" / "papers").is_dir():
+            return parent / "shared" / "papers"
+    return None
+
+
+PAPERS = _papers()
+needs_papers = pytest.mark.skipif(PAPERS is None, reason="the reports' text (../shared/papers) is not beside this checkout")
+
+
+def _cell(table: str, row: str, column: str, report: str = "monolingual-pretraining-benefits") -> dict:
+    rows = pc.paper_numbers().filter((pl.col("report") == report) & (pl.col("table") == table)
+                                     & (pl.col("row") == row) & (pl.col("column") == column))
+    assert rows.height >= 1, (table, row, column)
+    return rows.row(0, named=True)
+
+
+def test_the_data_file_ships_with_every_report_table_and_unique_cells():
+    numbers = pc.paper_numbers()
+    tables = set(numbers.select("report", "table").unique().iter_rows())
+    for t in ("Table 1", "Table 2", "Table 3", "Table 4", "Table 5", "Table 6", "Table 7", "Table 8"):
+        assert ("monolingual-pretraining-benefits", t) in tables
+    for t in ("Figure 2", "§5.6 MRPC table", "Figure 5", "Figure 6", "Figure 7", "Figure 8", "Figure 9", "Figure 10"):
+        assert ("bert-goes-to-college", t) in tables
+    assert {("crosslingual-finetuning-representations", t) for t in ("Table 1", "Table 2")} <= tables
+    assert "partial-reinitialization" not in set(numbers["report"])  # figures only
+    # 10 GLUE rows x 3 variants (Table 1), x 15 (Tables 4, 5), 12 x 4 head deltas (Figures 5, 6)
+    counts = dict(numbers.group_by("report", "table").len().select(pl.concat_str("report", "table", separator=":"), "len").iter_rows())
+    assert counts["monolingual-pretraining-benefits:Table 1"] == 30
+    assert counts["monolingual-pretraining-benefits:Table 4"] == 150
+    assert counts["bert-goes-to-college:Figure 5"] == 48
+    # one printed cell never maps to two of our cells twice
+    assert numbers.select("study", "quantity", *pc.KEYS).is_duplicated().sum() == 0
+    # value = printed x scale where the printed text is a plain number
+    plain = numbers.filter(pl.col("printed").str.contains(r"^-?[0-9][0-9,.]*$"))
+    assert (plain["printed"].str.replace_all(",", "").cast(pl.Float64) * plain["scale"] - plain["value"]).abs().max() < 1e-9
+
+
+def test_report_keys_are_ours():
+    numbers = pc.paper_numbers()
+    assert set(numbers["quantity"]) <= {"mean", "delta", "curve", "value"} | {f"summary:{s}" for s in pc.DESCRIBE}
+    glue = numbers.filter(pl.col("task").is_in(["cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli"]))
+    assert set(glue["metric"]) <= {"accuracy", "f1", "matthews_corrcoef", "pearson", "accuracy_f1_mean"}
+    assert set(glue.filter(pl.col("task") == "mnli")["split"]) == {"validation_matched", "validation_mismatched"}
+    assert set(numbers.filter(pl.col("study") == "reversed-layers")["variant"]) == {"pre-trained", "reversed", "clean"}
+    # Table 5's EN english is printed NA: no value
+    assert _cell("Table 5", "CoLA", "EN/english")["value"] is None
+
+
+@needs_papers
+@pytest.mark.parametrize("report,table,row,column", [
+    ("monolingual-pretraining-benefits", "Table 1", "STS-B", "Layers Reversed"),
+    ("monolingual-pretraining-benefits", "Table 3", "SST-2", "Foreign language/JP"),
+    ("monolingual-pretraining-benefits", "Table 4", "STS-B", "ZH/shuff"),
+    ("monolingual-pretraining-benefits", "Table 5", "MNLI-m", "ZH/english"),
+    ("monolingual-pretraining-benefits", "Table 6", "MNLI-mm", "Oracle"),
+    ("monolingual-pretraining-benefits", "Table 8", "WNLI", "remove/Every 2"),
+    ("monolingual-pretraining-benefits", "Table 2", "JP", "English-like"),
+    ("bert-goes-to-college", "Figure 2", "RTE", "MRPC"),
+    ("bert-goes-to-college", "Figure 5", "Layer 2", "Head 9"),
+    ("bert-goes-to-college", "Figure 10", "75%", "Head 1"),
+    ("crosslingual-finetuning-representations", "Table 2", "Test Perplexity", "BERT/layer 9-12"),
+    ("crosslingual-finetuning-representations", "Table 1", "#501", "Multi-lingual Perplexity"),
+])
+def test_sampled_cells_are_printed_in_the_reports_text(report, table, row, column):
+    """Find the table above its caption in the report's text, the row by its key and the column by its
+    header (a two-level header "ZH/shuff": the first "shuff" at or after "ZH")."""
+    cell = _cell(table, row, column, report)
+    lines = (PAPERS / f"{report}.txt").read_text().splitlines()
+    j = next(i for i, line in enumerate(lines) if line.startswith(f"{table}:")) - 1
+    while not lines[j].strip():
+        j -= 1
+    block = []
+    while "|" in lines[j] or "\t" in lines[j]:
+        block.insert(0, [c.strip() for c in re.split(r"[|\t]", lines[j].strip(" ").strip("|"))])
+        j -= 1
+    cells = next(r for r in block if r[0] == row)
+    *top, leaf = column.split("/")
+    at = block[0].index(top[0]) if top else 0
+    header = next(r for r in block if leaf in r[at:])
+    assert cells[header.index(leaf, at)] == cell["printed"]
+    assert cell["value"] == pytest.approx(float(re.match(r"[-0-9.,]+", cell["printed"]).group().replace(",", "")) * cell["scale"])
+
+
+@needs_papers
+def test_every_glue_value_of_table_1_is_on_its_row():
+    """Table 1 in full: 'Table 1 compares such reversed model against pre-trained transformer (BERT) and
+    non-pre-trained (clean) transformer model.'"""
+    text = (PAPERS / "monolingual-pretraining-benefits.txt").read_text()
+    for row, group in pc.paper_numbers("reversed-layers").group_by("row", maintain_order=True):
+        values = " | ".join(group.sort(pl.col("column").replace_strict(
+            ["Pre-trained", "Layers Reversed", "Clean"], [0, 1, 2]))["printed"])
+        assert f"| {row[0]} | {values} |" in text
+
+
+@needs_papers
+def test_text_numbers_outside_tables_are_quoted_from_the_text():
+    text = (PAPERS / "monolingual-pretraining-benefits.txt").read_text()
+    assert "English-like contexts are 1.45% of the ZH pre-training data" in text
+    assert _cell("§4.1 text", "ZH", "English-like contexts")["value"] == pytest.approx(0.0145)
+    assert "The English BERT has 30,522 word-pieces, and 26,503 word-pieces matching" in text
+    college = (PAPERS / "bert-goes-to-college.txt").read_text()
+    assert "For CoLA, the base line correlation score is 0.526." in college
+    assert _cell("Figure 5 baseline", "baseline", "CoLA", "bert-goes-to-college")["value"] == 0.526
+
+
+# -- the comparison on hand-made main tables ------------------------------------------------------------
+
+def _summary(rows: list[tuple]) -> pl.DataFrame:
+    """Main-table rows (variant, task, split, metric, mean, ci_low, ci_high, n) of bert-base-uncased."""
+    return pl.DataFrame(
+        [{"model": EN, "variant": v, "task": t, "split": s, "metric": m, "mean": x, "sd": 0.01, "n": n,
+          "ci_low": lo, "ci_high": hi, "delta": None} for v, t, s, m, x, lo, hi, n in rows],
+        schema_overrides={"delta": pl.Float64})
+
+
+def test_orderings_hold_overlap_violate_or_are_not_run():
+    # Table 1 CoLA: 0.60 > 0.14 > 0.00; RTE: 0.62 > 0.55 > 0.53; SST-2 not run
+    summary = _summary([
+        ("pre-trained", "cola", "validation", "matthews_corrcoef", 0.55, 0.50, 0.60, 3),
+        ("reversed", "cola", "validation", "matthews_corrcoef", 0.20, 0.15, 0.25, 3),
+        ("clean", "cola", "validation", "matthews_corrcoef", 0.02, 0.00, 0.04, 3),
+        ("pre-trained", "rte", "validation", "accuracy", 0.60, 0.55, 0.65, 3),
+        ("reversed", "rte", "validation", "accuracy", 0.63, 0.58, 0.68, 3),  # above pre-trained: violated
+        ("clean", "rte", "validation", "accuracy", 0.50, 0.49, 0.51, 3),
+    ])
+    cells = pc.compare_cells("reversed-layers", pc.our_values(summary))
+    cola = cells.filter((pl.col("row") == "CoLA") & (pl.col("variant") == "reversed")).row(0, named=True)
+    assert cola["paper"] == 0.14 and cola["ours"] == 0.20 and cola["difference"] == pytest.approx(0.06)
+    assert cola["status"] == "compared"
+    assert cells.filter(pl.col("row") == "SST-2")["status"].unique().to_list() == ["not run"]
+    orderings = pc.compare_orderings(cells)
+    status = {(o["group"], o["ordering"]): o["status"] for o in orderings.iter_rows(named=True)}
+    assert status[("Table 1/CoLA", "Pre-trained > Layers Reversed")] == "holds"
+    assert status[("Table 1/CoLA", "Layers Reversed > Clean")] == "holds"
+    assert status[("Table 1/RTE", "Pre-trained > Layers Reversed")] == "violated (within CI overlap)"
+    assert status[("Table 1/RTE", "Layers Reversed > Clean")] == "holds"
+    assert status[("Table 1/SST-2", "Pre-trained > Layers Reversed")] == "not run"
+    # WNLI 0.58 > 0.56 = 0.56: two orderings, none between the tied cells
+    assert sorted(o for g, o in status if g == "Table 1/WNLI") == ["Pre-trained > Clean", "Pre-trained > Layers Reversed"]
+    assert pc.verdict(orderings) == f"3 of 4 orderings hold ({orderings.height - 4} not run)"
+
+
+def test_overlapping_intervals_and_single_seeds():
+    a = {"ours": 0.6, "ci_low": 0.5, "ci_high": 0.7, "model": "x", "our_model": "x"}
+    assert pc.ordering_status(a, {**a, "ours": 0.55, "ci_low": 0.45, "ci_high": 0.65}) == "holds (within CI overlap)"
+    assert pc.ordering_status(a, {**a, "ours": 0.8, "ci_low": 0.75, "ci_high": 0.85}) == "violated"
+    one = {**a, "ci_low": None, "ci_high": None}  # one seed: the means decide
+    assert pc.ordering_status(one, {**one, "ours": 0.59}) == "holds"
+    assert pc.ordering_status(one, {**one, "ours": None}) == "not run"
+    orderings = pl.DataFrame({"status": ["holds", "holds (within CI overlap)", "violated"]})
+    assert pc.verdict(orderings) == "2 of 3 orderings hold (1 within CI overlap)"
+
+
+def test_stand_in_models_compare_orderings_only():
+    """A tiny run's model is not the report's: its values get no difference, its orderings still count;
+    two paper models stood in by one are not an ordering of ours."""
+    summary = _summary([("pre-trained", "sst2", "validation", "accuracy", 0.9, 0.88, 0.92, 3),
+                        ("clean", "sst2", "validation", "accuracy", 0.5, 0.48, 0.52, 3)]).with_columns(
+        pl.lit("tiny:bert").alias("model"))
+    cells = pc.compare_cells("foreign-bert", pc.our_values(summary))
+    sst2 = cells.filter(pl.col("row") == "SST-2")
+    assert set(sst2["status"]) == {"not comparable"} and sst2["difference"].null_count() == sst2.height
+    assert set(sst2["our_model"]) == {"tiny:bert"}
+    status = {o["ordering"]: o["status"] for o in pc.compare_orderings(cells).filter(
+        pl.col("group") == "Table 3/SST-2").iter_rows(named=True)}
+    assert status["Foreign language/JP > clean"] == "holds"  # 0.86 > 0.51 in the report
+    assert status["EN > Foreign language/ES"] == "not run"  # both are tiny:bert here
+
+
+# -- the report section ----------------------------------------------------------------------------------
+
+def _study(root) -> None:
+    """reversed-layers on CoLA with 3 seeds, bert-base-uncased: pre-trained > reversed > clean."""
+    store = open_store(f"file://{root}")
+    chains = {"pre-trained": (), "reversed": (Intervention("reverse-layers"),),
+              "clean": (Intervention("reinit", (("scope", "all"),)),)}
+    cells = [Cell("reversed-layers", v, EN, RunSpec(CheckpointSpec(EN, chain), DatasetSpec("cola", "glue-dir:x", EN), seed=s))
+             for v, chain in chains.items() for s in (1, 2, 3)]
+    spec = {"preset": "paper", "models": [EN], "seeds": [1, 2, 3], "source": "glue-dir:x", "max_length": 128,
+            "tasks": ["cola"], "regime": {"name": "full", "lr": 2e-5, "batch_size": 32, "epochs": 3},
+            "variants": [{"name": v} for v in chains]}
+    store.write_json("studies/reversed-layers/00000000000000cc/plan.json", {
+        "study": "reversed-layers", "study_id": "00000000000000cc", "spec": spec, "cells": [c.to_dict() for c in cells]})
+    level = {"pre-trained": 0.58, "reversed": 0.15, "clean": 0.01}
+    for c in cells:
+        publish(store, "runs", c, pa.Table.from_pylist([{
+            "split": "validation", "metric": "matthews_corrcoef", "value": level[c.variant] + 0.01 * c.run.seed,
+            "primary": True, "best_epoch": 1, "epochs": 3, "num_train": 10, "train_seconds": 1.0, "throughput": 1.0,
+            "device": "cpu", "code_version": "t"}]))
+
+
+def test_the_report_section_renders_and_the_report_command_prints_the_verdict(tmp_path, capsys):
+    _study(tmp_path)
+    report = build_report(load_study_results(open_store(f"file://{tmp_path}"), "reversed-layers", "00000000000000cc"))
+    section = next(s for s in report.sections if s.title == "The report vs this run")
+    assert section.note.startswith("2 of 2 orderings hold (")
+    cells = report.tables["paper_cells"].filter(pl.col("status") == "compared")
+    assert cells.height == 3 and cells["difference"].to_list() == pytest.approx([0.0, 0.03, 0.03])
+    assert {"paper_cells", "paper_orderings"} <= set(report.tables)
+    assert "## The report vs this run" in markdown(report) and "Pre-trained &gt; Layers Reversed" in html(report)
+    assert main(["report", "reversed-layers", "--store", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "the report vs this run: 2 of 2 orderings hold (" in out
+    assert (tmp_path / "studies/reversed-layers/00000000000000cc/tables/paper_orderings.parquet").exists()
