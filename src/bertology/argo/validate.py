@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from bertology.argo.cron import CronError, load_location, parse_standard
 from bertology.argo.expressions import ExpressionError, dependencies_to_expr, parse_depends, task_names
 from bertology.errors import BadInput
 
@@ -46,12 +47,60 @@ TEMPLATE_TYPES = (
     "containerSet",
     "data",
 )
-# Keys Argo dropped or renamed; hinted at when the schema reports them as unknown.
+# Keys Argo dropped, renamed or added after hera's models (Argo v4.0.5 schema); hinted at when the schema
+# reports them as unknown. From a diff of api/jsonschema/schema.json at v3.6.19, v4.0.5 and v4.1.0.
+_V41 = "only in Argo v4.1.0 and later; our workflows must also run on v3.6.19"
 RENAMED = {
-    "semaphore": "Argo 3.6+ and 4.x use 'semaphores: [...]'",
-    "mutex": "Argo 3.6+ and 4.x use 'mutexes: [...]'",
-    "schedule": "Argo 3.6+ and 4.x use 'schedules: [...]'",
+    "semaphore": "removed in Argo v4.0.0; Argo 3.6+ and 4.x use 'semaphores: [...]'",
+    "mutex": "removed in Argo v4.0.0; Argo 3.6+ and 4.x use 'mutexes: [...]'",
+    "schedule": "removed in Argo v4.0.0; Argo 3.6+ and 4.x use 'schedules: [...]'",
+    "podPriority": "removed in Argo v4.0.0; use 'podPriorityClassName'",
+    "priority": "removed from templates in Argo v4.0.0; use 'priorityClassName'",
+    **{
+        key: _V41
+        for key in (
+            "pendingTimeout",
+            "podResources",
+            "resourceClaims",
+            "executorPlugins",
+            "restartPolicyRules",
+            "saveStreamViaFile",
+            "addressingStyle",
+        )
+    },
 }
+# The Argo versions our YAML supports (README, "Argo"). Fields that hera's models (generated from Argo
+# v4.0.5) accept but v3.6.19 does not know are refused: v3.6 would drop them silently. Keyed by hera's model
+# class, then the YAML key, with the first Argo version that has it (the schema.json diff above, and e.g.
+# `git show v3.6.19:pkg/apis/workflow/v1alpha1/workflow_types.go | grep Cap`: nothing; v4.0.0 has Backoff.Cap).
+ARGO_OLDEST, ARGO_NEWEST = "v3.6.19", "v4.1.2"
+LATER_FIELDS = {
+    "Backoff": {"cap": "v4.0.0"},
+    "Template": {"annotations": "v4.0.0"},
+    "Mutex": {"database": "v4.0.0"},
+    "SemaphoreRef": {"database": "v4.0.0"},
+    "Artifact": {"plugin": "v4.0.0"},
+    "ArtifactLocation": {"plugin": "v4.0.0"},
+    "ArtifactPaths": {"plugin": "v4.0.0"},
+    "ArtifactRepository": {"plugin": "v4.0.0"},
+    "Link": {"target": "v4.0.0"},
+}
+# Name rules of workflow/validate/validate.go (identical in v3.6.19 and v4.1.2): maxCharsInObjectName,
+# maxCharsInCronWorkflowName (a CronWorkflow's runs append "-<unix time>"), workflowFieldMaxLength and
+# workflowFieldNameFmt (template and DAG task names: isValidWorkflowFieldName), paramOrArtifactNameRegex
+# (parameter names: isValidParamOrArtifactName, no length limit).
+MAX_OBJECT_NAME, MAX_CRON_NAME, MAX_FIELD_NAME = 63, 52, 128
+FIELD_NAME = re.compile(r"[a-zA-Z0-9][-a-zA-Z0-9]*")
+PARAM_NAME = re.compile(r"[-a-zA-Z0-9_]+")
+# metadata.name of a custom resource must be a DNS-1123 subdomain (Kubernetes apimachinery
+# pkg/util/validation IsDNS1123Subdomain, via NameIsDNSSubdomain; at most 253 characters); a generateName
+# is checked the same way once a trailing '-' is masked (maskTrailingDash).
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+DNS1123_HELP = "lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+FIELD_NAME_HELP = (
+    f"letters, digits and '-', starting with a letter or digit, at most {MAX_FIELD_NAME} characters"
+)
+PARAM_NAME_HELP = "letters, digits, '_' and '-'"
 
 
 class ValidationFailed(BadInput):
@@ -307,8 +356,13 @@ class _Checker:
         if schema:
             return  # reference checks assume the shapes the schema guarantees
         spec, sp = source.spec, source.spec_path
+        self.metadata(source)
+        self.later_fields(source)
         if source.kind == "CronWorkflow":
             self.cron(source)
+        # Each document's own arguments: a Workflow's replace its WorkflowTemplate's whole, by name
+        # (util.MergeParameters), so checking both documents covers the merged list Argo checks.
+        self.argument_list(source, f"{sp}.arguments", spec.get("arguments"), allow_empty=True)
         ref = spec.get("workflowTemplateRef")
         if ref is not None:
             if ref.get("clusterScope"):
@@ -345,16 +399,146 @@ class _Checker:
         if runnable and entrypoint is not None and template_source.template(entrypoint) is not None:
             self.reachable_workflow_params(source, template_source, entrypoint, declared)
 
+    def metadata(self, source: Source) -> None:
+        """metadata.name / generateName: a DNS-1123 subdomain (Kubernetes) no longer than Argo allows.
+
+        Argo: workflow/validate/validate.go `Workflow`, `WorkflowTemplate` (maxCharsInObjectName, 63: the
+        name becomes a label value) and `CronWorkflow` (maxCharsInCronWorkflowName, 52: each run is named
+        "<name>-<unix time>"). A generateName gets 5 random characters and Kubernetes cuts it to 58
+        (apiserver storage/names/generate.go), so only its characters are checked, after Kubernetes'
+        `maskTrailingDash` (apimachinery api/validation/generic.go), reproduced verbatim.
+        """
+        meta = self.doc_meta(source)
+        name, prefix = meta.get("name"), meta.get("generateName")
+        limit = MAX_CRON_NAME if source.kind == "CronWorkflow" else MAX_OBJECT_NAME
+        if not name and not prefix:
+            self.error(source, "metadata", "name or generateName is required")
+        if name:
+            name = str(name)
+            if len(name) > limit:
+                why = (
+                    " (its Workflows are named '<name>-<unix time>')" if source.kind == "CronWorkflow" else ""
+                )
+                self.error(
+                    source,
+                    "metadata.name",
+                    f"'{name}' is {len(name)} characters; a {source.kind} name may have at most {limit}{why}",
+                )
+            if not DNS1123_SUBDOMAIN.fullmatch(name):
+                self.error(source, "metadata.name", f"'{name}' is not a DNS-1123 subdomain ({DNS1123_HELP})")
+        if prefix and not name:
+            prefix = str(prefix)
+            masked = prefix[:-2] + "a" if len(prefix) > 1 and prefix.endswith("-") else prefix
+            if not DNS1123_SUBDOMAIN.fullmatch(masked):
+                self.error(
+                    source,
+                    "metadata.generateName",
+                    f"'{prefix}' is not a DNS-1123 subdomain prefix ({DNS1123_HELP}; a trailing '-' is allowed)",
+                )
+
+    @staticmethod
+    def doc_meta(source: Source) -> dict:
+        return source.doc.get("metadata") or {}
+
+    def later_fields(self, source: Source) -> None:
+        """Fields hera's models accept that Argo v3.6.19 does not know (it would drop them): refused."""
+        model = _strict_models()[source.kind].model_validate(source.doc)
+        for loc, key, version in _later_fields(model, ()):
+            where, _ = _location(source.doc, loc[:-1])
+            self.error(
+                source,
+                where or "(top level)",
+                f"field '{key}' needs Argo {version} or later; these workflows support Argo "
+                f"{ARGO_OLDEST} to {ARGO_NEWEST} and {ARGO_OLDEST} drops it silently",
+            )
+
     def cron(self, source: Source) -> None:
+        """Schedules and timezone as Argo's CronWorkflow validation checks them.
+
+        Argo: workflow/validate/validate.go `CronWorkflow` (`ValidateCronWorkflow` in v3.6): at least one
+        schedule, each accepted by robfig/cron's `ParseStandard` (ported in bertology.argo.cron), and
+        `time.LoadLocation(timezone)`. The deprecated singular `schedule` is gone in v4.0.0, so the schema
+        layer refuses it before this runs.
+        """
         spec = source.doc.get("spec") or {}
         if not spec.get("schedules"):
             self.error(source, "spec.schedules", "missing: a CronWorkflow needs at least one schedule")
         for schedule in spec.get("schedules") or []:
-            fields = str(schedule).split()
-            if not (str(schedule).startswith("@") or len(fields) in (5, 6)):
-                self.error(source, "spec.schedules", f"'{schedule}' is not a cron expression (5 fields)")
+            try:
+                parse_standard(str(schedule))
+            except CronError as e:
+                self.error(
+                    source,
+                    "spec.schedules",
+                    f"cron schedule '{schedule}' is malformed: {e} (allowed: 5 fields 'minute hour "
+                    "day-of-month month day-of-week', or @yearly, @annually, @monthly, @weekly, @daily, "
+                    "@midnight, @hourly, '@every <duration>')",
+                )
+        if spec.get("timezone"):
+            try:
+                load_location(str(spec["timezone"]))
+            except CronError as e:
+                self.error(
+                    source, "spec.timezone", f"invalid timezone '{spec['timezone']}': {e} (an IANA zone)"
+                )
         if "workflowSpec" not in spec:
             self.error(source, "spec", "missing 'workflowSpec'")
+
+    def argument_list(self, source: Source, where: str, arguments: dict | None, allow_empty: bool) -> None:
+        """Parameter names, valueFrom and enum of an `arguments` block.
+
+        Argo: workflow/validate/validate.go `validateArguments` -> `validateArgumentsFieldNames`
+        (isValidParamOrArtifactName) and `validateArgumentsValues`. Workflow-level arguments are checked as
+        `argo lint` does (allowEmptyValues: a value may come at submission); task arguments are not.
+        Unlike Argo, a parameter with an enum and no value does not end the check of the others.
+        """
+        for param in (arguments or {}).get("parameters") or []:
+            name = param.get("name")
+            self.parameter_name(source, f"{where}.parameters", name)
+            value, value_from, enum = param.get("value"), param.get("valueFrom") or {}, param.get("enum")
+            allowed_source = any(
+                value_from.get(k) is not None for k in ("configMapKeyRef", "event", "supplied")
+            )
+            other_source = any(value_from.get(k) for k in ("path", "jsonPath", "parameter", "expression"))
+            if param.get("valueFrom") is not None and (not allowed_source or other_source):
+                self.error(
+                    source,
+                    f"{where}.parameters[{name}].valueFrom",
+                    f"has {', '.join(sorted(value_from))}; arguments allow only: default, "
+                    "configMapKeyRef and supplied",
+                )
+            if enum is None:
+                continue
+            if len(enum) == 0:
+                self.error(source, f"{where}.parameters[{name}].enum", "should contain at least one value")
+            elif value is None:
+                if not allow_empty and param.get("valueFrom") is None:
+                    self.error(source, f"{where}.parameters[{name}]", "has an enum, so a value is required")
+            elif _any_string(value) not in [_any_string(v) for v in enum]:
+                self.error(
+                    source,
+                    f"{where}.parameters[{name}].value",
+                    f"'{_any_string(value)}' is not in the enum list "
+                    f"({', '.join(repr(_any_string(v)) for v in enum)})",
+                )
+
+    def parameter_name(self, source: Source, where: str, name: Any) -> None:
+        """validate.go `validateWorkflowFieldNames` on Parameters: required, isValidParamOrArtifactName."""
+        if not name:
+            self.error(source, where, "a parameter name is required")
+        elif not PARAM_NAME.fullmatch(str(name)):
+            self.error(source, where, f"parameter name '{name}' is invalid (allowed: {PARAM_NAME_HELP})")
+
+    def field_name(self, source: Source, where: str, what: str, name: Any) -> None:
+        """validate.go `validateWorkflowFieldNames` on Templates and DAGTasks: isValidWorkflowFieldName."""
+        if not name:
+            self.error(source, where, f"a {what} name is required")
+        elif len(str(name)) > MAX_FIELD_NAME or not FIELD_NAME.fullmatch(str(name)):
+            self.error(
+                source,
+                where,
+                f"{what} name '{name}' is invalid ({len(str(name))} characters; allowed: {FIELD_NAME_HELP})",
+            )
 
     def entrypoint_inputs(self, source: Source, template: dict, declared: list[str]) -> None:
         for param in (template.get("inputs") or {}).get("parameters") or []:
@@ -402,6 +586,27 @@ class _Checker:
                 f"needs exactly one template type, has {', '.join(types) or 'none'} "
                 f"(one of: {', '.join(TEMPLATE_TYPES)})",
             )
+        self.field_name(source, where, "template", template.get("name"))
+        if types and types[0] not in ("dag", "steps"):
+            # validate.go validateLeaf (every type but steps and dag): Argo rejects the workflow.
+            if template.get("parallelism") is not None:
+                self.error(
+                    source,
+                    f"{where}.parallelism",
+                    f"is only valid for steps and dag templates, not a {types[0]} template",
+                )
+        elif types and template.get("activeDeadlineSeconds") is not None:
+            # validate.go validateNonLeaf
+            self.error(
+                source,
+                f"{where}.activeDeadlineSeconds",
+                f"is only valid for leaf templates, not a {types[0]} template",
+            )
+        for part in ("inputs", "outputs"):  # validate.go validateInputs / validateOutputs
+            for param in (template.get(part) or {}).get("parameters") or []:
+                self.parameter_name(source, f"{where}.{part}.parameters", param.get("name"))
+                if param.get("globalName") is not None:
+                    self.parameter_name(source, f"{where}.{part}.parameters", param["globalName"])
         inputs = parameter_names(template.get("inputs"))
         for name in {n for n in inputs if inputs.count(n) > 1}:
             self.error(source, f"{where}.inputs", f"parameter '{name}' is declared twice")
@@ -425,8 +630,20 @@ class _Checker:
             self.error(source, f"{where}.dag", "cannot use both 'depends' and 'dependencies' in one DAG")
         deps: dict[str, list[str]] = {}
         targets: dict[str, dict] = {}
+        uses_depends = any(t.get("depends") for t in tasks)
         for task in tasks:
             at = f"{where}.dag.tasks[{task.get('name')}]"
+            # validate.go validateDAG: validateWorkflowFieldNames(tmpl.DAG.Tasks), the digit rule, and
+            # validateArguments on each task's arguments (no empty values there).
+            self.field_name(source, at, "task", task.get("name"))
+            name = str(task.get("name") or "")
+            if (uses_depends or task.get("dependencies")) and name[:1].isdigit() and name[:1].isascii():
+                self.error(
+                    source,
+                    at,
+                    f"task name '{name}' cannot begin with a digit when using either 'depends' or 'dependencies'",
+                )
+            self.argument_list(source, f"{at}.arguments", task.get("arguments"), allow_empty=False)
             given = [k for k in ("template", "templateRef", "inline") if task.get(k) is not None]
             if len(given) != 1:
                 self.error(
@@ -574,6 +791,33 @@ class _Scope:
                 f"(outputs: {', '.join(outputs) or 'none'})"
             )
         return None
+
+
+def _any_string(value: Any) -> str:
+    """A parameter value as Argo's AnyString holds it: YAML true is "true", 2 is "2"."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _later_fields(model: Any, loc: tuple) -> Iterator[tuple[tuple, str, str]]:
+    """(location, key, first Argo version) of every LATER_FIELDS key set in a validated hera model."""
+    from pydantic import BaseModel
+
+    if isinstance(model, BaseModel):
+        later = LATER_FIELDS.get(type(model).__name__, {})
+        for attr in model.model_fields_set:
+            info = type(model).model_fields.get(attr)
+            key = (info.alias if info is not None else None) or attr
+            if key in later:
+                yield (*loc, key), key, later[key]
+            yield from _later_fields(getattr(model, attr), (*loc, key))
+    elif isinstance(model, list):
+        for i, item in enumerate(model):
+            yield from _later_fields(item, (*loc, i))
+    elif isinstance(model, dict):
+        for key, item in model.items():
+            yield from _later_fields(item, (*loc, key))
 
 
 def _ancestors(name: str, deps: dict[str, list[str]]) -> set[str]:
