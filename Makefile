@@ -48,7 +48,8 @@ lint: $(STAMP) $(K8S_TOOLS)
 	$(HELM) template bertology charts/bertology > $(CHART_OUT)/chart.yaml
 	$(PY) -c "$$SPLIT_MANIFESTS" $(CHART_OUT)/chart.yaml $(CHART_OUT)/argo/chart.yaml $(CHART_OUT)/kubernetes.yaml
 	@# --quiet prints only problems; an unknown kind is only a warning (exit 0), so any output fails.
-	out=$$($(VENV)/bin/kubernetes-validate --strict --quiet -k $(KUBE_VERSION) $(CHART_OUT)/kubernetes.yaml); \
+	out=$$($(VENV)/bin/kubernetes-validate --strict --quiet -k $(KUBE_VERSION) $(CHART_OUT)/kubernetes.yaml \
+	  workflows/templates/platform.yaml); \
 	  test -z "$$out" || { echo "$$out"; exit 1; }
 	$(VENV)/bin/bertology validate --templates $(CHART_OUT)/argo $(CHART_OUT)/argo/chart.yaml workflows/*.yaml
 	$(VENV)/bin/hadolint images/*/Dockerfile

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from bertology.steps import budget
 from bertology.study import StudySpec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,7 +51,13 @@ def study_cost(workflow: Path) -> dict:
                 ds = run.dataset
                 runs[run.id] = train_examples(ds.task, ds.fraction, ds.count) * run.regime.epochs
     sequences = sum(runs.values())
-    return {"study": name, "cells": len(spec.cells()), "runs": len(runs), "sequences": sequences}
+    cells = spec.cells()
+    datasets, checkpoints = len({c.run.dataset.id for c in cells}), len({c.run.checkpoint.id for c in cells})
+    bundle = spec.bundle or budget.auto_bundle(len(cells), datasets, checkpoints)
+    pods = budget.pod_items(len(cells), bundle)
+    return {"study": name, "cells": len(cells), "runs": len(runs), "sequences": sequences, "bundle": bundle,
+            "pods": len(pods), "nodes": budget.workflow_nodes(datasets, checkpoints, len(pods)),
+            "status_kib": budget.status_bytes(datasets, checkpoints, pods) / 1024}
 
 
 def main() -> None:
@@ -58,15 +65,16 @@ def main() -> None:
     p.add_argument("--throughput", type=float, default=None, help="measured training sequences per second")
     args = p.parse_args()
     rate = args.throughput or 1000.0
-    print(f"| study | runs | training sequences (M) | GPU-hours at {rate:,.0f} seq/s |")
-    print("|---|---|---|---|")
+    print(f"| study | runs | training sequences (M) | GPU-hours at {rate:,.0f} seq/s | runs per pod | Argo nodes "
+          f"| status (KiB) |")
+    print("|---|---|---|---|---|---|---|")
     for workflow in sorted((REPO / "workflows").glob("*.yaml")):
         doc = yaml.safe_load(workflow.read_text())
-        if doc["kind"] != "Workflow" or "workflowTemplateRef" not in doc["spec"]:
+        if doc["kind"] != "Workflow" or doc["spec"].get("workflowTemplateRef", {}).get("name") != "bertology-study":
             continue  # vocab-overlap (tokenizers only) and the nightly CronWorkflow
         cost = study_cost(workflow)
         print(f"| {cost['study']} | {cost['runs']} | {cost['sequences'] / 1e6:.1f} | "
-              f"{cost['sequences'] / rate / 3600:.1f} |")
+              f"{cost['sequences'] / rate / 3600:.1f} | {cost['bundle']} | {cost['nodes']} | {cost['status_kib']:.0f} |")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -34,13 +35,23 @@ def run(
     )
 
 
+def child(result: RunResult, task: str, index: int, suffix: str = ""):
+    """The node of fan-out child `index` of `task`: Argo names it `task(index:item)` (generateNodeName)."""
+    pattern = re.compile(rf"{re.escape(task)}\({index}:[^()]*\){re.escape(suffix)}")
+    found = [node for name, node in result.nodes.items() if pattern.fullmatch(name)]
+    assert len(found) == 1, (task, index, suffix, sorted(result.nodes))
+    return found[0]
+
+
 def test_fan_out_nested_dag_and_aggregated_outputs(tmp_path):
     lines: list[str] = []
     result = run("toy.yaml", tmp_path, lines=lines)
     assert (result.phase, result.exit_code) == ("Succeeded", 0)
     nodes = result.nodes
-    assert [nodes[f"work({i})"].phase for i in range(3)] == ["Succeeded"] * 3
-    assert nodes["cell(1).second"].outputs["said"] == "second after first toy-n1!?"  # nested DAG, depends
+    assert [child(result, "work", i).phase for i in range(3)] == ["Succeeded"] * 3
+    # a map item names its child by its sorted key:value pairs; {{item.spec}} of an object is its JSON
+    assert child(result, "work", 0).name == 'work(0:id:0,spec:{"x":0,"tags":["a","b"]})'
+    assert nodes["cell(1:n1).second"].outputs["said"] == "second after first toy-n1!?"  # nested DAG, depends
     collected = json.loads((tmp_path / "work" / "collect" / "outputs" / "collected.json").read_text())
     # object values: a JSON list of the parsed objects, in item order
     assert json.loads(collected["results"]) == [
@@ -51,10 +62,10 @@ def test_fan_out_nested_dag_and_aggregated_outputs(tmp_path):
     assert json.loads(collected["notes"]) == ["no note"] * 3  # valueFrom.default when the file is missing
     # each fan-out child wrote the same /tmp/outputs path into its own directory
     for i in range(3):
-        written = json.loads((tmp_path / "work" / f"work({i})" / "outputs" / "result.json").read_text())
-        assert written["id"] == i
-    assert "[cell(2).first] first toy-n2!" in lines
-    assert "second after first toy-n0!?" in (tmp_path / "work" / "cell(0).second" / "log.txt").read_text()
+        out = next((tmp_path / "work").glob(f"work({i}:*"))
+        assert json.loads((out / "outputs" / "result.json").read_text())["id"] == i
+    assert "[cell(2:n2).first] first toy-n2!" in lines
+    assert "second after first toy-n0!?" in (tmp_path / "work" / "cell(0:n0).second" / "log.txt").read_text()
     assert json.loads((tmp_path / "work" / "status.json").read_text())["phase"] == "Succeeded"
 
 
@@ -82,10 +93,11 @@ def test_exit_2_is_not_retried_and_the_workflow_exits_2(tmp_path):
     result = run("exit.yaml", tmp_path, params={"marker": str(marker)})
     assert (result.phase, result.exit_code) == ("Failed", 2)
     assert (result.nodes["fail"].attempts, result.nodes["fail"].exit_code) == (1, 2)
-    # failFast: neither the bare dependent nor the .Failed handler starts after the failure
+    # dag.go: a failure stops nothing. The bare dependent (fail.Succeeded || .Skipped || .Daemoned) is
+    # omitted, the .Failed handler runs, and the DAG fails: its target `after` inherits the failed branch.
     assert result.nodes["after"].phase == "Omitted"
-    assert result.nodes["on-failure"].phase == "Omitted"
-    assert marker.read_text() == "ran\n"  # only the failing step ran
+    assert result.nodes["on-failure"].phase == "Succeeded"
+    assert marker.read_text() == "ran\nran\n"
 
 
 def test_other_failures_exit_1(tmp_path):
@@ -93,14 +105,16 @@ def test_other_failures_exit_1(tmp_path):
     assert (result.phase, result.exit_code) == ("Failed", 1)
 
 
-def test_fail_fast_stops_the_rest_of_a_fan_out(tmp_path):
+def test_a_failed_child_does_not_stop_its_fan_out(tmp_path):
+    """dag.go: failFast (the default) only picks the DAG's phase; Argo still starts every child (upstream
+    #10312). The group is Failed (its last failed child's phase), and `after` is omitted."""
     marker = tmp_path / "ran"
     result = run("failfast.yaml", tmp_path, params={"marker": str(marker)}, parallelism=1)
     assert (result.phase, result.exit_code) == ("Failed", 1)
-    assert [result.nodes[f"fan({i})"].phase for i in range(3)] == ["Failed", "Omitted", "Omitted"]
+    assert [child(result, "fan", i).phase for i in range(3)] == ["Failed", "Succeeded", "Succeeded"]
     assert result.nodes["fan"].phase == "Failed"
     assert result.nodes["after"].phase == "Omitted"
-    assert marker.read_text() == "ran\n"
+    assert marker.read_text() == "ran\n" * 3
 
 
 def test_depends_failed_handler_runs_without_fail_fast(tmp_path):
@@ -136,18 +150,18 @@ def test_cron_workflow_runs_its_workflow_spec_once(tmp_path):
     result = run("cron.yaml", tmp_path)
     assert result.phase == "Succeeded"
     assert result.workflow.startswith("toy-nightly-")
-    assert result.nodes["cell(0).second"].phase == "Succeeded"
-    assert "cell(1)" not in result.nodes  # the CronWorkflow's count=1 overrides the template's default 2
+    assert result.nodes["cell(0:n0).second"].phase == "Succeeded"
+    assert "cell(1:n1)" not in result.nodes  # the CronWorkflow's count=1 overrides the template's default 2
 
 
 def test_parameters_override_defaults(tmp_path):
     result = run("toy.yaml", tmp_path, params={"count": "1", "label": "p"})
-    assert result.nodes["cell(0).first"].outputs["said"] == "first p-n0!"
-    assert "work(1)" not in result.nodes
+    assert result.nodes["cell(0:n0).first"].outputs["said"] == "first p-n0!"
+    assert not any(name.startswith("work(1:") for name in result.nodes)
 
 
 def test_unknown_parameter_is_refused(tmp_path):
-    with pytest.raises(BadInput, match=r"unknown parameter 'cuont'.*declared: count, label"):
+    with pytest.raises(BadInput, match=r"unknown parameter 'cuont'.*declared: count, label; Argo would accept it"):
         run("toy.yaml", tmp_path, params={"cuont": "2"})
 
 

@@ -54,6 +54,23 @@ STUDY_CHECKS = {
 }
 
 
+def _pods_get_only_plain_tokens_from_items(stdout: str) -> None:
+    """Every value a pod got from a fan-out item is a plain token (no JSON, nothing Argo escapes), and so
+    is every --plan/--ids argument: what Argo substitutes is then exactly what the step reads."""
+    from bertology.steps.planned import TOKEN
+
+    workdir = Path(stdout.split("step logs in ", 1)[1].split(")", 1)[0])
+    pods = json.loads((workdir / "status.json").read_text())["pods"]
+    fanned = [pod for pod in pods if pod["items"]]
+    assert fanned, "a study fans out"
+    for pod in pods:
+        for name, value in pod["items"].items():
+            assert TOKEN.fullmatch(value), (pod["node"], name, value)
+        for flag, value in zip(pod["argv"], pod["argv"][1:]):
+            if flag in ("--plan", "--ids"):
+                assert TOKEN.fullmatch(value), (pod["node"], flag, value)
+
+
 def _layer_removal_profile(store) -> bool:
     """Table 7's inputs: depth and parameters per variant (tiny: a 4-layer BERT, 2 layers after every:2, a
     2-layer DistilBERT stand-in), measured speeds, and the intervention's cost."""
@@ -71,6 +88,7 @@ def test_every_study_runs_end_to_end_with_the_tiny_preset(workflow, tmp_path, su
     store = tmp_path / "store"
     done = bertology("run", str(workflow), "-p", "preset=tiny", "--store", str(store), env=subprocess_env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _pods_get_only_plain_tokens_from_items(done.stdout)
     params = {p["name"]: p["value"] for p in yaml.safe_load(workflow.read_text())["spec"]["arguments"]["parameters"]}
     (plan_file,) = (store / "studies" / params["study"]).glob("*/plan.json")
     plan = json.loads(plan_file.read_text())

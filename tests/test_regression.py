@@ -36,6 +36,7 @@ from bertology.store import LocalStore, open_store
 
 REPO = Path(__file__).resolve().parent.parent
 NIGHTLY = REPO / "workflows" / "nightly-regression.yaml"
+NIGHTLY_TEMPLATE = REPO / "workflows" / "templates" / "nightly-regression.yaml"
 TEMPLATES = REPO / "workflows" / "templates"
 STUDY, STUDY_ID = "reversed-layers", "0123456789abcdef"
 
@@ -265,7 +266,10 @@ def test_the_cron_workflow_is_a_nightly_with_no_overlap():
     assert spec["schedules"] == ["0 2 * * *"] and spec["timezone"] == "UTC"
     assert spec["concurrencyPolicy"] == "Forbid" and spec["startingDeadlineSeconds"] > 0
     assert spec["successfulJobsHistoryLimit"] > 0 and spec["failedJobsHistoryLimit"] > 0
-    params = {p["name"]: p["value"] for p in spec["workflowSpec"]["arguments"]["parameters"]}
+    # templateReferencing: Strict runs only Workflows that reference a WorkflowTemplate
+    assert spec["workflowSpec"] == {"workflowTemplateRef": {"name": "bertology-nightly-regression"}}
+    (template,) = load_documents(NIGHTLY_TEMPLATE)
+    params = {p["name"]: p.get("value") for p in template["spec"]["arguments"]["parameters"]}
     assert params["promote"] == "false" and params["preset"] == "paper"
     assert json.loads(params["tasks"]) == ["rte", "mrpc", "stsb"] and json.loads(params["seeds"]) == [1, 2, 3]
 
@@ -273,7 +277,7 @@ def test_the_cron_workflow_is_a_nightly_with_no_overlap():
 def test_the_nightly_runs_the_study_dag_in_a_scratch_store_then_regress():
     """The nightly's DAG is bertology-study's `main`, task for task, with the scratch store, then regress: a
     change to the study DAG or a new study parameter must reach the nightly too."""
-    (nightly,) = load_documents(NIGHTLY)
+    (nightly,) = load_documents(NIGHTLY_TEMPLATE)
     (study,) = load_documents(TEMPLATES / "study.yaml")
     ours, theirs = _dag(nightly), _dag(study)
     scratch = "{{workflow.parameters.store}}/nightly/{{workflow.name}}"
@@ -282,13 +286,13 @@ def test_the_nightly_runs_the_study_dag_in_a_scratch_store_then_regress():
         text = json.dumps(task).replace('"{{workflow.parameters.store}}"', json.dumps(scratch))
         assert ours[name] == json.loads(text), (
             f"task '{name}' differs from bertology-study's: a new study parameter or step? "
-            f"add it to {NIGHTLY.relative_to(REPO)} too")
-    declared = [p["name"] for p in nightly["spec"]["workflowSpec"]["arguments"]["parameters"]]
+            f"add it to {NIGHTLY_TEMPLATE.relative_to(REPO)} too")
+    declared = [p["name"] for p in nightly["spec"]["arguments"]["parameters"]]
     assert set(declared) == {p["name"] for p in study["spec"]["arguments"]["parameters"]} | {
         "promote", "baseline", "tolerances"}
     regress_args = {p["name"]: p["value"] for p in ours["regress"]["arguments"]["parameters"]}
     assert ours["regress"]["depends"] == "aggregate"
-    assert regress_args["spec"] == "{{tasks.plan.outputs.parameters.study}}"  # the id plan computed
+    assert regress_args["plan"] == "{{tasks.plan.outputs.parameters.study}}"  # the id plan computed
     assert regress_args["store"] == scratch
     assert regress_args["baseline_store"] == "{{workflow.parameters.store}}"  # outlives the scratch
 

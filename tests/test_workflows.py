@@ -41,7 +41,9 @@ def test_gpu_steps_request_a_gpu_and_retry_only_transient_failures():
     for name, template in steps.items():
         if "container" in template:
             retry = template["retryStrategy"]
-            assert retry["expression"] == 'asInt(lastRetry.exitCode) == 75 || lastRetry.status == "Error"', name
+            assert retry["expression"] == ('asInt(lastRetry.exitCode) == 75 || asInt(lastRetry.exitCode) == 137 '
+                                           '|| lastRetry.status == "Error"'), name
+            assert "maxDuration" not in retry.get("backoff", {}), name  # a window from the first attempt
             assert template["container"]["securityContext"]["readOnlyRootFilesystem"] is True
 
 
@@ -98,3 +100,52 @@ def test_damage_to_the_real_workflow_is_caught_by_name(kind, tmp_path):
 
 def test_the_undamaged_copy_is_valid(tmp_path):
     assert _damaged(tmp_path, "reversed-layers.yaml", lambda d: copy.deepcopy(d)) == []
+
+
+# workflow/util/merge.go ValidateUserOverrides (Argo 3.7.14+, 4.0.5+, 4.1.0+): under templateReferencing
+# Strict or Secure, a Workflow may set only these spec fields besides workflowTemplateRef (docs/
+# workflow-restrictions.md "Allowed Workflow Fields Under templateReferencing"); operator.go setExecWorkflow
+# refuses a Workflow without workflowTemplateRef ("workflows must use workflowTemplateRef to be executed
+# when the controller is in reference mode").
+STRICT_ALLOWED = {"arguments", "entrypoint", "shutdown", "suspend", "activeDeadlineSeconds", "priority",
+                  "ttlStrategy", "podGC", "volumeClaimGC", "archiveLogs", "workflowMetadata", "workflowTemplateRef",
+                  "metrics", "artifactGC"}
+
+
+@pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_workflow_runs_under_template_referencing_strict(path):
+    (doc,) = load_documents(path)
+    spec = doc["spec"]["workflowSpec"] if doc["kind"] == "CronWorkflow" else doc["spec"]
+    assert "workflowTemplateRef" in spec, path
+    assert set(spec) <= STRICT_ALLOWED, set(spec) - STRICT_ALLOWED
+
+
+def test_pods_run_as_the_service_account_the_platform_grants_task_results():
+    """docs/workflow-rbac.md: pods run as spec.serviceAccountName, else the namespace's `default`; the
+    emissary executor needs create and patch on workflowtaskresults. workflows/templates/ alone (no
+    chart) provides both, and the store ConfigMap carries the label Argo requires of a parameter ConfigMap."""
+    platform = {d["kind"]: d for d in load_documents(TEMPLATES / "platform.yaml") if d["kind"] != "ConfigMap"}
+    maps = {d["metadata"]["name"]: d for d in load_documents(TEMPLATES / "platform.yaml") if d["kind"] == "ConfigMap"}
+    account = platform["ServiceAccount"]["metadata"]["name"]
+    assert platform["Role"]["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
+                                          "verbs": ["create", "patch"]}]
+    assert platform["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": account}]
+    assert platform["RoleBinding"]["roleRef"]["name"] == platform["Role"]["metadata"]["name"]
+    library = load_library(TEMPLATES)
+    runnable = ["bertology-study", "bertology-vocab-overlap", "bertology-nightly-regression"]
+    for name in runnable:
+        spec = library[name].spec
+        assert spec["serviceAccountName"] == account, name
+        (store,) = [p for p in spec["arguments"]["parameters"] if p["name"] == "store"]
+        assert store == {**store, "valueFrom": {"configMapKeyRef": {"name": "bertology-config", "key": "store"}}}
+        assert "value" not in store, name
+    assert maps["bertology-config"]["metadata"]["labels"]["workflows.argoproj.io/configmap-type"] == "Parameter"
+    assert set(maps["bertology-semaphores"]["data"]) == {"gpu"}
+
+
+def test_no_dag_relies_on_fail_fast_timing():
+    """Every DAG of ours states failFast: false (dag.go; see bertology.argo.dag)."""
+    dags = [t for src in load_library(TEMPLATES).values() for t in src.spec.get("templates") or [] if "dag" in t]
+    assert dags
+    for template in dags:
+        assert template["dag"].get("failFast") is False, template["name"]

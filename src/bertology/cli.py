@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -55,11 +57,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = open_store(params.get("store") or args.store)
     params["store"] = store.uri
     templates = Path(args.templates) if args.templates else workflow.resolve().parent / "templates"
+    semaphores = {}
+    for pair in args.semaphore:
+        name, sep, limit = pair.partition("=")
+        if not sep or "/" not in name or not limit.isdigit() or int(limit) < 1:
+            raise BadInput(f"--semaphore {pair!r}: expected CONFIGMAP/KEY=N with N >= 1 (e.g. bertology-semaphores/gpu=2)")
+        semaphores[name] = int(limit)
+    if args.dry_run:
+        return _dry_run(workflow, params, templates, args, semaphores)
     workdir = Path(tempfile.mkdtemp(prefix=f"bertology-run-{workflow.stem}-"))
     print(f"bertology run {workflow} (store {store.uri}, step logs in {workdir})", flush=True)
     result = run_workflow(workflow, params=params, templates_dir=templates, workdir=workdir,
                           project_root=_project_root(workflow), parallelism=args.parallelism,
-                          fork_server=not args.no_fork_server)
+                          semaphores=semaphores, fork_server=not args.no_fork_server,
+                          max_backoff_s=args.max_backoff)
     status = "Succeeded" if result.exit_code == 0 else "Failed"
     print(f"workflow {workflow.name}: {status}", flush=True)
     for line in _step_errors(result, workdir):
@@ -68,6 +79,40 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"results (Parquet, hive-partitioned by study): {store.url('results/')}")
         print(f"study tables and reports: {store.url('studies/')}")
     return result.exit_code
+
+
+def _dry_run(workflow: Path, params: dict, templates: Path, args: argparse.Namespace,
+             semaphores: dict[str, int]) -> int:
+    """Run only the steps whose outputs the DAG needs (plan: it validates everything and writes the plan),
+    and print the argv the first pods of every task would get, substituted as Argo substitutes it."""
+    from bertology.argo.runner import run_workflow
+
+    workdir = Path(tempfile.mkdtemp(prefix=f"bertology-dry-run-{workflow.stem}-"))
+    lines: list[str] = []
+    try:
+        result = run_workflow(workflow, params=params, templates_dir=templates, workdir=workdir,
+                              project_root=_project_root(workflow), parallelism=1, semaphores=semaphores,
+                              fork_server=False, log=lines.append, dry_run=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if result.exit_code != 0:
+        for line in lines[-20:]:
+            print(line, file=sys.stderr)
+        print(f"dry run of {workflow}: {result.phase} before any pod started (see above)", file=sys.stderr)
+        return result.exit_code
+    groups: dict[str, list] = {}
+    for pod in result.pods:
+        groups.setdefault(re.sub(r"\(\d+:[^()]*\)", "(…)", pod.node), []).append(pod)
+    print(f"dry run of {workflow}: {len(result.pods)} pods; the argv of the first {args.show} of each task, "
+          f"as Argo substitutes it (plan ran for real: it wrote the plan)")
+    for group, pods in groups.items():
+        pods.sort(key=lambda pod: [int(i) for i in re.findall(r"\((\d+):", pod.node)])
+        print(f"\n{group}: {len(pods)} pod{'s' if len(pods) != 1 else ''}")
+        for pod in pods[:args.show]:
+            print(f"  {pod.node}\n    {shlex.join(pod.argv)}")
+        if len(pods) > args.show:
+            print(f"  … and {len(pods) - args.show} more")
+    return 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -195,7 +240,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("workflow", help="workflows/<study>.yaml")
     r.add_argument("-p", action="append", default=[], metavar="NAME=VALUE", help="workflow parameter")
     r.add_argument("--store", default=DEFAULT_ROOT, help=f"store URI used unless -p store=… (default ./{DEFAULT_ROOT})")
-    r.add_argument("--parallelism", type=int, default=1, help="containers at once (default 1)")
+    r.add_argument("--parallelism", type=int, default=1,
+                   help="containers at once on this machine (default 1; the YAML's spec.parallelism also caps it)")
+    r.add_argument("--semaphore", action="append", default=[], metavar="CONFIGMAP/KEY=N",
+                   help="the limit of a synchronization semaphore (default: the ConfigMap in the templates "
+                        "directory, else 1)")
+    r.add_argument("--max-backoff", type=float, default=2.0, metavar="SECONDS",
+                   help="wait at most this long between attempts (Argo's backoff is computed and logged)")
+    r.add_argument("--dry-run", action="store_true",
+                   help="run only plan, then print the argv each pod would get, as Argo substitutes it")
+    r.add_argument("--show", type=int, default=3, metavar="N", help="pods shown per task with --dry-run (default 3)")
     r.add_argument("--templates", default=None, help="WorkflowTemplate directory (default: beside the workflow)")
     r.add_argument("--no-fork-server", action="store_true",
                    help="start every step as a fresh interpreter instead of forking a warm one")

@@ -21,6 +21,9 @@ Context: dict with doc (the parsed document), path (its file) and root (the char
 {{- end }}
 {{- $labels := include "bertology.labels" $root | fromYaml }}
 {{- $_ := set $doc.metadata "labels" (merge (dig "metadata" "labels" dict $doc) $labels) }}
+{{- if hasKey $doc.spec "serviceAccountName" }}
+{{- $_ := set $doc.spec "serviceAccountName" $root.Values.serviceAccount.name }}
+{{- end }}
 {{- range $t := $doc.spec.templates }}
 {{- with $t.container }}
 {{- $where := printf "%s: template %s" $path $t.name }}

@@ -1,57 +1,56 @@
-"""Run an Argo Workflow YAML on this machine, as DESIGN §8 describes: `bertology run workflows/<study>.yaml`.
+"""Run an Argo Workflow YAML on this machine: `bertology run workflows/<study>.yaml`.
 
 The YAML is executed itself, not translated: `workflowTemplateRef` / `templateRef` resolve against the
 templates directory, DAG tasks run in dependency order, and each container's `command + args` runs as a
 host process with cwd = the project root (the image is not used; `python`/`python3` is this interpreter).
+Each Argo behaviour the YAML depends on lives in its own module, which names the Argo source it follows:
 
-The one path rewrite: each node gets its own directory `<workdir>/<node>/` (`<node>` is the node's name,
-e.g. `cell(3).finetune`), and every occurrence of the literal path prefix `/tmp/outputs` in a container's
-command, args and env values and in its output parameters' `valueFrom.path` becomes
-`<workdir>/<node>/outputs`. So two fan-out children writing "/tmp/outputs/x.json" never clash, as two pods
-would not. The node's combined stdout/stderr is kept in `<workdir>/<node>/log.txt`.
+- substitution.py  `{{…}}` substitution and fan-out item values (util/template, operator.go processItem)
+- fanout.py        withParam / withItems, child names, aggregated outputs, empty fan-outs
+- dag.py           when a task starts or is omitted, and the DAG's phase (dag.go)
+- retries.py       retryStrategy: policy, expression, limit, backoff and maxDuration (processNodeRetries)
+- concurrency.py   spec.parallelism and synchronization.semaphores
+- expressions.py   the `depends` and retry-expression languages
 
-Semantics kept from Argo, because the prototype broke on each of them:
-- fan-out outputs (`tasks.T.outputs.parameters.P` of a withParam/withItems task) aggregate as Argo does:
-  the values of the succeeded children in item order, as a JSON list of parsed values when every value is a
-  JSON object or array, else as a JSON list of strings;
-- concurrency: at most `parallelism` processes at once. A slot is held only while a process runs, never by
-  a DAG waiting on its children (a pool of DAG workers deadlocks when a DAG waits on its own fan-out);
-- failFast (Argo's default): after a failure in a DAG no new task of it starts; running ones finish;
-- retryStrategy: limit, retryPolicy, the exit-code/status subset of `expression`, backoff (capped locally).
+The one path rewrite: each node gets its own directory under the run's work directory, and every
+occurrence of the literal path prefix `/tmp/outputs` in a container's command, args and env values and in
+its output parameters' `valueFrom.path` points there, so two fan-out children writing
+"/tmp/outputs/x.json" never clash, as two pods would not. The node's output is kept in `log.txt` there.
 
-Anything outside the supported subset is refused by name (see ALLOWED) before anything runs.
+Anything outside what is emulated is refused by name (ALLOWED, and the checks below) before anything runs.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 import os
 import queue
 import random
 import re
 import shlex
-import shutil
+import signal
 import string
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertology.argo import fanout
+from bertology.argo.concurrency import Limits, semaphore_names
+from bertology.argo.dag import FAILED, dag_phase
 from bertology.argo.expressions import (
     ExpressionError,
     TaskOutcome,
     evaluate_depends,
-    evaluate_retry,
-    parse_retry,
     task_names,
 )
+from bertology.argo.retries import Attempt, RetryError, RetryStrategy, exit_code
+from bertology.argo.substitution import SubstitutionError, item_scope, render
 from bertology.argo.validate import (
     TAG,
     Source,
@@ -62,7 +61,7 @@ from bertology.argo.validate import (
     task_dependencies,
     validate_or_raise,
 )
-from bertology.errors import EXIT_BAD_INPUT, BadInput
+from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput
 
 # --- what the local runner supports ----------------------------------------------------------------------
 
@@ -72,20 +71,18 @@ _SCHEDULING = (
     "tolerations",
     "affinity",
     "securityContext",
-    "synchronization",
     "activeDeadlineSeconds",
     "serviceAccountName",
     "automountServiceAccountToken",
     "volumes",
     "priorityClassName",
     "schedulerName",
-    "parallelism",
 )
 
 # object -> (executed, accepted and ignored)
 ALLOWED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "workflow spec": (
-        ("entrypoint", "arguments", "templates", "workflowTemplateRef"),
+        ("entrypoint", "arguments", "templates", "workflowTemplateRef", "parallelism"),
         _SCHEDULING
         + (
             "podGC",
@@ -101,16 +98,18 @@ ALLOWED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
     ),
     "workflow arguments": (("parameters",), ()),
-    "workflow parameter": (("name", "value", "enum", "description"), ()),
+    "workflow parameter": (("name", "value", "valueFrom", "enum", "description"), ()),
+    "workflow parameter valueFrom": (("configMapKeyRef", "default"), ()),
     "workflowTemplateRef": (("name",), ()),
     "template": (
-        ("name", "inputs", "outputs", "container", "dag", "retryStrategy"),
-        _SCHEDULING + ("priority",),
+        ("name", "inputs", "outputs", "container", "dag", "retryStrategy", "synchronization"),
+        _SCHEDULING,
     ),
+    "synchronization": (("semaphores", "semaphore"), ()),
     "inputs": (("parameters",), ()),
     "input parameter": (("name", "value", "default", "enum", "description"), ()),
     "outputs": (("parameters",), ()),
-    "output parameter": (("name", "valueFrom", "default", "description"), ()),
+    "output parameter": (("name", "valueFrom", "description"), ()),
     "output valueFrom": (("path", "default"), ()),
     "container": (
         ("command", "args", "env"),
@@ -127,19 +126,27 @@ ALLOWED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "task argument": (("name", "value"), ()),
     "templateRef": (("name", "template"), ()),
     "retryStrategy": (("limit", "retryPolicy", "expression", "backoff"), ()),
-    "backoff": (("duration", "factor", "maxDuration"), ()),
+    "backoff": (("duration", "factor", "maxDuration", "cap"), ()),
 }
-RETRY_POLICIES = ("Always", "OnFailure", "OnError")
+# Why a key is refused, where a reason helps more than the list of supported keys.
+WHY = {
+    ("template", "parallelism"): "template-level parallelism is not emulated (spec.parallelism is)",
+    ("template", "failFast"): "template-level failFast (operator.go checkParallelism) is not emulated",
+    ("output parameter", "default"): "Argo ignores it on outputs (only valueFrom.default is read: "
+                                     "workflow/executor/executor.go SaveParameters); use valueFrom.default",
+    ("dag", "target"): "dag.target is not emulated",
+}
 
 
 def _keys(obj: dict | None, what: str, where: str) -> None:
     supported, ignored = ALLOWED[what]
     for key in obj or {}:
         if key not in supported and key not in ignored:
+            why = WHY.get((what, key))
             also = f"; ignores: {', '.join(ignored)}" if ignored else ""
             raise BadInput(
                 f"unsupported Argo feature '{key}' in {what} {where} "
-                f"(the local runner supports: {', '.join(supported)}{also})"
+                + (f"({why})" if why else f"(the local runner supports: {', '.join(supported)}{also})")
             )
 
 
@@ -156,7 +163,9 @@ def check_supported(source: Source, spec: dict, templates: Source, library: dict
     _keys(spec, "workflow spec", f"of {source.label}")
     _keys(spec.get("workflowTemplateRef"), "workflowTemplateRef", f"of {source.label}")
     _keys(spec.get("arguments"), "workflow arguments", f"of {source.label}")
-    _each((spec.get("arguments") or {}).get("parameters"), "workflow parameter", f"of {source.label}")
+    for param in (spec.get("arguments") or {}).get("parameters") or []:
+        _keys(param, "workflow parameter", f"of {source.label}, '{param.get('name')}'")
+        _keys(param.get("valueFrom"), "workflow parameter valueFrom", f"of parameter '{param.get('name')}'")
     seen: set[tuple[int, str]] = set()
     stack = [(templates, templates.template(spec["entrypoint"]))]
     while stack:
@@ -174,6 +183,10 @@ def check_supported(source: Source, spec: dict, templates: Source, library: dict
 
 def _template(template: dict, where: str) -> None:
     _keys(template, "template", where)
+    _keys(template.get("synchronization"), "synchronization", f"of template {where}")
+    for ref in (template.get("synchronization") or {}).get("semaphores") or []:
+        if set(ref) != {"configMapKeyRef"}:
+            raise BadInput(f"template {where}: only ConfigMap semaphores (configMapKeyRef) are emulated, got {sorted(ref)}")
     _keys(template.get("inputs"), "inputs", f"of template {where}")
     _each((template.get("inputs") or {}).get("parameters"), "input parameter", f"of template {where}")
     if template.get("dag") is not None and template.get("outputs"):
@@ -220,31 +233,20 @@ def _retry(strategy: dict, where: str) -> None:
     _keys(strategy.get("backoff"), "backoff", f"of template {where}")
     if strategy.get("limit") is None:
         raise BadInput(
-            f"retryStrategy of template {where} has no 'limit' (unlimited retries are refused locally)"
+            f"retryStrategy of template {where} has no 'limit' (Argo retries without end; refused locally)"
         )
-    for key in ("duration", "maxDuration"):
-        value = (strategy.get("backoff") or {}).get(key)
-        if value is not None and not TAG.search(str(value)):
-            try:
-                _seconds(value)
-            except _NodeError as e:
-                raise BadInput(f"template {where}: {e}") from e
-    policy = strategy.get("retryPolicy", "OnFailure")
-    if policy not in RETRY_POLICIES:
-        raise BadInput(
-            f"unsupported retryPolicy '{policy}' in template {where} (supported: {', '.join(RETRY_POLICIES)})"
-        )
-    if strategy.get("expression"):
-        try:
-            parse_retry(str(strategy["expression"]))
-        except ExpressionError as e:
-            raise BadInput(f"template {where}: {e}") from e
+    if any(TAG.search(str(v)) for v in [*strategy.values(), *(strategy.get("backoff") or {}).values()]):
+        raise BadInput(f"retryStrategy of template {where} uses {{{{…}}}} values, which are not emulated")
+    try:
+        RetryStrategy.parse(strategy)
+    except (RetryError, ExpressionError) as e:
+        raise BadInput(f"template {where}: {e}") from e
 
 
 # --- results ---------------------------------------------------------------------------------------------
 
-FAILED = ("Failed", "Error")
-MAX_LOCAL_BACKOFF_S = 2.0  # Argo's backoffs are minutes on a cluster; locally a retry is a rerun
+MAX_LOCAL_BACKOFF_S = 2.0  # Argo waits minutes between attempts; locally the wait is shortened (and logged)
+LOCAL_GRACE_S = 5.0  # a pod's terminationGracePeriodSeconds is 30 s; locally SIGKILL follows SIGTERM sooner
 _OUTPUTS_PATH = re.compile(r"(?<![\w./-])/tmp/outputs(?![\w.-])")
 
 
@@ -252,9 +254,9 @@ _OUTPUTS_PATH = re.compile(r"(?<![\w./-])/tmp/outputs(?![\w.-])")
 class NodeResult:
     """One node of the run: a container, a DAG, a fan-out task group, or a task that never ran."""
 
-    name: str  # e.g. "plan", "cell", "cell(3)", "cell(3).finetune"; the root node has the workflow's name
+    name: str  # Argo's node name: "plan", "cell", "cell(3:ID)", "cell(3:ID).finetune"; the root: the workflow
     template: str
-    phase: str  # Argo's node phases: Succeeded, Failed, Error, Omitted
+    phase: str  # Argo's node phases: Succeeded, Failed, Error, Skipped, Omitted
     exit_code: int | None = None
     attempts: int = 0
     message: str = ""
@@ -262,11 +264,24 @@ class NodeResult:
 
 
 @dataclass
+class PodCall:
+    """A container node as Argo would start it: its argv after substitution, and the fan-out item
+    variables (`item`, `item.KEY`) of the items it descends from."""
+
+    node: str
+    template: str
+    argv: list[str]
+    inputs: dict[str, str]
+    items: dict[str, str]
+
+
+@dataclass
 class RunResult:
     workflow: str
     phase: str
-    exit_code: int  # 0 succeeded; 2 when a step exited 2 (bad input); else 1
+    exit_code: int  # 0 succeeded; 2 when a step exited 2 (bad input); 75 when a step still failed transiently
     nodes: dict[str, NodeResult]  # in the order nodes finished
+    pods: list[PodCall] = field(default_factory=list)
 
     @property
     def succeeded(self) -> bool:
@@ -277,154 +292,18 @@ class _NodeError(Exception):
     """A node that cannot run as written (unresolved variable, bad withParam, missing input): phase Error."""
 
 
-# --- variables -------------------------------------------------------------------------------------------
+def _render(value: Any, scope: dict[str, str]) -> Any:
+    try:
+        return render(value, scope)
+    except SubstitutionError as e:
+        raise _NodeError(str(e)) from None
 
 
 def _text(value: Any) -> str:
-    """How Argo renders a value into a template: strings as they are, anything else as compact JSON."""
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), sort_keys=True)
-
-
-def _render(value: Any, scope: dict[str, str]) -> Any:
-    def substitute(match: re.Match) -> str:
-        if match.group(1) not in scope:
-            raise _NodeError(f"unresolved '{match.group(0)}'")
-        return scope[match.group(1)]
-
-    if isinstance(value, str):
-        return TAG.sub(substitute, value)
-    if isinstance(value, list):
-        return [_render(v, scope) for v in value]
-    if isinstance(value, dict):
-        return {k: _render(v, scope) for k, v in value.items()}
-    return value
-
-
-def _item_scope(item: Any) -> dict[str, str]:
-    scope = {"item": _text(item)}
-    if isinstance(item, dict):
-        scope.update({f"item.{k}": _text(v) for k, v in item.items()})
-    return scope
-
-
-def _aggregate(values: list[str]) -> str:
-    """Argo's fan-out output: parsed JSON only if every value is a JSON object or array."""
-    parsed = []
-    for value in values:
-        try:
-            parsed.append(json.loads(value))
-        except ValueError:
-            parsed.append(None)
-    if values and all(isinstance(p, (dict, list)) for p in parsed):
-        return json.dumps(parsed, separators=(",", ":"), sort_keys=True)
-    return json.dumps(values, separators=(",", ":"))
-
-
-# --- retries ---------------------------------------------------------------------------------------------
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def _seconds(duration: Any) -> float:
-    """A Go duration ("30s", "1m30s") or a plain number of seconds."""
-    text = str(duration).strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    if not re.fullmatch(f"(?:{_DURATION.pattern})+", text):
-        raise _NodeError(f"retryStrategy.backoff duration {text!r} is not a duration like 30s or 1m")
-    return sum(float(n) * _UNIT_S[unit] for n, unit in _DURATION.findall(text))
-
-
-def _should_retry(strategy: dict, retries_done: int, phase: str, exit_code: int | None) -> bool:
-    if not strategy or retries_done >= int(strategy["limit"]):
-        return False
-    policy = strategy.get("retryPolicy", "OnFailure")
-    if not (phase == "Failed" and policy in ("Always", "OnFailure")) and not (
-        phase == "Error" and policy in ("Always", "OnError")
-    ):
-        return False
-    expression = strategy.get("expression")
-    return not expression or evaluate_retry(parse_retry(str(expression)), exit_code, phase)
-
-
-def _backoff(strategy: dict, retries_done: int) -> float:
-    backoff = strategy.get("backoff") or {}
-    if not backoff.get("duration"):
-        return 0.0
-    delay = _seconds(backoff["duration"]) * float(backoff.get("factor") or 1) ** retries_done
-    if backoff.get("maxDuration"):
-        delay = min(delay, _seconds(backoff["maxDuration"]))
-    return min(delay, MAX_LOCAL_BACKOFF_S)
-
-
-# --- concurrency -----------------------------------------------------------------------------------------
-
-
-class _Slots:
-    """At most `size` processes at once; waiting nodes are served in tree order (depth first), so a
-    started cell finishes before the next one starts and runs are reproducible at parallelism 1.
-
-    A fan-out reserves its children's places in line before their threads start, so the order does not
-    depend on which thread happens to ask first.
-    """
-
-    def __init__(self, size: int):
-        self._free = size
-        self._waiting: list[tuple[int, ...]] = []
-        self._reserved: set[tuple[int, ...]] = set()
-        self._cond = threading.Condition()
-
-    def reserve(self, key: tuple[int, ...]) -> None:
-        with self._cond:
-            self._reserved.add(key)
-            heapq.heappush(self._waiting, key)
-
-    def cancel(self, key: tuple[int, ...]) -> None:
-        """Give up a reservation that was not used (no-op once the node held a slot)."""
-        with self._cond:
-            if key in self._reserved:
-                self._reserved.discard(key)
-                self._waiting.remove(key)
-                heapq.heapify(self._waiting)
-                self._cond.notify_all()
-
-    @contextmanager
-    def hold(self, key: tuple[int, ...]) -> Iterator[None]:
-        with self._cond:
-            if key in self._reserved:
-                self._reserved.discard(key)
-            else:
-                heapq.heappush(self._waiting, key)
-            self._cond.wait_for(lambda: self._free > 0 and self._waiting[0] == key)
-            heapq.heappop(self._waiting)
-            self._free -= 1
-            self._cond.notify_all()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._free += 1
-                self._cond.notify_all()
-
-
-class _FailFast:
-    """The failFast scope of one DAG: after a failure in it, or in any enclosing DAG, nothing new starts.
-
-    With `failFast: false` a failure does not stop the DAG's own tasks (enclosing scopes still apply).
-    """
-
-    def __init__(self, parent: _FailFast | None = None, enabled: bool = True):
-        self._parent = parent
-        self._enabled = enabled
-        self._event = threading.Event()
-
-    def fail(self) -> None:
-        if self._enabled:
-            self._event.set()
-
-    def stopped(self) -> bool:
-        return self._event.is_set() or (self._parent is not None and self._parent.stopped())
+    """A YAML scalar as Argo's AnyString holds it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
 def _spawn(target: Callable[[], None]) -> threading.Thread:
@@ -444,18 +323,23 @@ class _Run:
         library: dict[str, Source],
         workdir: Path,
         project_root: Path,
-        parallelism: int,
+        limits: Limits,
         log: Callable[[str], None],
+        max_backoff_s: float,
     ):
         self.workflow = workflow
         self.globals = globals_
         self.library = library
         self.workdir = workdir
         self.project_root = project_root
-        self.slots = _Slots(parallelism)
+        self.limits = limits
+        self.max_backoff_s = max_backoff_s
         self.nodes: dict[str, NodeResult] = {}
-        self.processes: set[subprocess.Popen] = set()
+        self.processes: set = set()
         self.zygote = None  # a bertology.argo.zygote.Zygote when python -m steps fork from a warm interpreter
+        self.dry_run = False  # run only the steps whose outputs the DAG needs (plan); the others are recorded
+        self.pods: list[PodCall] = []  # every container node's argv, in the order they were reached
+        self._item_values: dict[str, dict[str, str]] = {}  # fan-out child -> the item variables it used
         self._lock = threading.Lock()
         self._log = log
 
@@ -468,28 +352,19 @@ class _Run:
             self.nodes[node.name] = node
         return node
 
-    def template(
-        self,
-        template: dict,
-        source: Source,
-        name: str,
-        args: dict[str, str],
-        key: tuple[int, ...],
-        fail_fast: _FailFast,
-    ) -> NodeResult:
+    def node_dir(self, name: str) -> Path:
+        return self.workdir / re.sub(r"[^\w.,:()=+-]", "_", name or self.workflow)
+
+    def template(self, template: dict, source: Source, name: str, args: dict[str, str], key: tuple[int, ...]) -> NodeResult:
         """Run one template invocation to completion (in the calling thread)."""
         try:
             inputs = self._bind_inputs(template, args)
         except _NodeError as e:
             self.emit(name, f"Error: {e}")
-            fail_fast.fail()
             return self.record(NodeResult(name, template["name"], "Error", message=str(e)))
         if template.get("dag") is None:
-            return self.container(template, name, inputs, key, fail_fast)
-        result = self.dag(template, source, name, inputs, key, fail_fast)
-        if result.phase in FAILED:
-            fail_fast.fail()
-        return result
+            return self.container(template, name, inputs, key)
+        return self.dag(template, source, name, inputs, key)
 
     def _bind_inputs(self, template: dict, args: dict[str, str]) -> dict[str, str]:
         inputs = {}
@@ -507,22 +382,15 @@ class _Run:
             inputs[name] = value
         return inputs
 
-    # -- DAG
+    # -- DAG (dag.py)
 
-    def dag(
-        self,
-        template: dict,
-        source: Source,
-        name: str,
-        inputs: dict[str, str],
-        key: tuple[int, ...],
-        fail_fast: _FailFast,
-    ) -> NodeResult:
+    def dag(self, template: dict, source: Source, name: str, inputs: dict[str, str], key: tuple[int, ...]) -> NodeResult:
+        """Every task starts once its dependencies are fulfilled and its `depends` holds; a failure stops
+        nothing (dag.go executeDAGTask); the phase is assessDAGPhase's once all are fulfilled."""
         tasks = template["dag"]["tasks"]
         depends = {t["name"]: task_dependencies(t) for t in tasks}
         upstream = {n: task_names(expr) for n, expr in depends.items()}
         scope = {**self.globals, **{f"inputs.parameters.{k}": v for k, v in inputs.items()}}
-        own = _FailFast(fail_fast, enabled=template["dag"].get("failFast", True))
         outcomes: dict[str, TaskOutcome] = {}
         outputs: dict[str, dict[str, str]] = {}
         pending = [t["name"] for t in tasks]
@@ -530,7 +398,7 @@ class _Run:
         running = 0
         while True:
             progressed = True
-            while progressed and not own.stopped():
+            while progressed:
                 progressed = False
                 for index, task in enumerate(tasks):
                     task_name = task["name"]
@@ -541,30 +409,17 @@ class _Run:
                     node_name = f"{name}.{task_name}" if name else task_name
                     if depends[task_name] is not None and not evaluate_depends(depends[task_name], outcomes):
                         outcomes[task_name] = TaskOutcome("Omitted")
-                        self.record(
-                            NodeResult(
-                                node_name,
-                                _template_name(task),
-                                "Omitted",
-                                message="omitted: depends condition not met",
-                            )
-                        )
+                        self.record(NodeResult(node_name, _template_name(task), "Omitted",
+                                               message="omitted: depends condition not met"))
                         continue
-                    task_scope = {
-                        **scope,
-                        **{
-                            f"tasks.{t}.outputs.parameters.{p}": v
-                            for t, params in outputs.items()
-                            for p, v in params.items()
-                        },
-                    }
+                    task_scope = {**scope, **{f"tasks.{t}.outputs.parameters.{p}": v
+                                              for t, params in outputs.items() for p, v in params.items()}}
 
                     def run_task(task=task, node_name=node_name, task_scope=task_scope, index=index) -> None:
                         try:
-                            result = self.task(task, source, node_name, task_scope, key + (index,), own)
+                            result = self.task(task, source, node_name, task_scope, key + (index,))
                         except Exception as e:  # noqa: BLE001 - a bug must fail the node, never hang the DAG
                             self.emit(node_name, f"Error: {type(e).__name__}: {e}")
-                            own.fail()
                             result = (TaskOutcome("Error"), {})
                         finished.put((task["name"], result))
 
@@ -576,158 +431,139 @@ class _Run:
             running -= 1
             outcomes[task_name] = outcome
             outputs[task_name] = task_outputs
-        for task_name in pending:  # never started: stopped by a failure (failFast)
-            outcomes[task_name] = TaskOutcome("Omitted")
-            self.record(
-                NodeResult(
-                    f"{name}.{task_name}" if name else task_name,
-                    _template_name(next(t for t in tasks if t["name"] == task_name)),
-                    "Omitted",
-                    message="not started: failFast after a failure",
-                )
-            )
-        phase = _dag_phase([t["name"] for t in tasks], upstream, outcomes, stopped=bool(pending))
+        assert not pending, pending  # every task is either run or omitted once its dependencies finish
+        fail_fast = template["dag"].get("failFast", True) is not False
+        phase = dag_phase([t["name"] for t in tasks], upstream, outcomes, fail_fast)
         return self.record(NodeResult(name or self.workflow, template["name"], phase))
 
-    def task(
-        self,
-        task: dict,
-        source: Source,
-        name: str,
-        scope: dict[str, str],
-        key: tuple[int, ...],
-        fail_fast: _FailFast,
-    ) -> tuple[TaskOutcome, dict[str, str]]:
-        """One DAG task: a single invocation, or a fan-out over withParam / withItems."""
+    def task(self, task: dict, source: Source, name: str, scope: dict[str, str],
+             key: tuple[int, ...]) -> tuple[TaskOutcome, dict[str, str]]:
+        """One DAG task: a single invocation, or a fan-out over withParam / withItems (fanout.py)."""
         target = resolve_task_template(task, source, self.library)
         assert not isinstance(target, str), target  # the validator guarantees templates resolve
         template, target_source = target
-        fan_out = task.get("withParam") is not None or task.get("withItems") is not None
         try:
-            items = _items(task, scope) if fan_out else [None]
+            items = fanout.items(task, lambda v: _render(v, scope))
             arguments = [
-                {
-                    p["name"]: _text(
-                        _render(p["value"], {**scope, **_item_scope(item)} if fan_out else scope)
-                    )
-                    for p in (task.get("arguments") or {}).get("parameters") or []
-                }
-                for item in items
+                {p["name"]: _text(_render(p["value"], {**scope, **(item_scope(item) if items is not None else {})}))
+                 for p in (task.get("arguments") or {}).get("parameters") or []}
+                for item in (items if items is not None else [None])
             ]
-        except _NodeError as e:
+        except (_NodeError, fanout.FanOutError, SubstitutionError) as e:
             self.emit(name, f"Error: {e}")
-            fail_fast.fail()
-            return TaskOutcome("Error"), self.record(
-                NodeResult(name, template["name"], "Error", message=str(e))
-            ).outputs
-        if not fan_out:
-            result = self.template(template, target_source, name, arguments[0], key, fail_fast)
+            return TaskOutcome("Error"), self.record(NodeResult(name, template["name"], "Error", message=str(e))).outputs
+        if items is None:
+            result = self.template(template, target_source, name, arguments[0], key)
             return TaskOutcome(result.phase), result.outputs
+        if not items:
+            self.record(NodeResult(name, template["name"], "Skipped", message=fanout.SKIPPED_EMPTY))
+            self.emit(name, f"Skipped ({fanout.SKIPPED_EMPTY})")
+            return TaskOutcome("Skipped"), {}
 
+        names = [fanout.child_name(name, i, item) for i, item in enumerate(items)]
         children: list[NodeResult | None] = [None] * len(items)
+        used = json.dumps(task.get("arguments") or {})
+        self._item_values.update({names[i]: {k: v for k, v in item_scope(item).items() if f"{{{{{k}}}}}" in used}
+                                  for i, item in enumerate(items)})
 
         def run_child(i: int) -> None:
             try:
-                children[i] = self.template(
-                    template, target_source, f"{name}({i})", arguments[i], key + (i,), fail_fast
-                )
+                children[i] = self.template(template, target_source, names[i], arguments[i], key + (i,))
             except Exception as e:  # noqa: BLE001 - a bug must fail the node, never hang the DAG
-                self.emit(f"{name}({i})", f"Error: {type(e).__name__}: {e}")
-                fail_fast.fail()
-                children[i] = NodeResult(f"{name}({i})", template["name"], "Error", message=str(e))
+                self.emit(names[i], f"Error: {type(e).__name__}: {e}")
+                children[i] = NodeResult(names[i], template["name"], "Error", message=str(e))
             finally:
-                self.slots.cancel(key + (i,))
+                self.limits.pods.cancel(key + (i,))
 
-        if template.get("container") is not None:
+        if template.get("container") is not None and not semaphore_names(template):
             for i in range(len(items)):
-                self.slots.reserve(key + (i,))
+                self.limits.pods.reserve(key + (i,))
         for thread in [_spawn(lambda i=i: run_child(i)) for i in range(len(items))]:
             thread.join()
         phases = tuple(c.phase for c in children)
-        failed = [p for p in phases if p in FAILED]
-        phase = failed[0] if failed else ("Omitted" if "Omitted" in phases else "Succeeded")
-        succeeded = [c for c in children if c.phase == "Succeeded"]
-        outputs = {
-            p["name"]: _aggregate([c.outputs[p["name"]] for c in succeeded if p["name"] in c.outputs])
-            for p in (template.get("outputs") or {}).get("parameters") or []
-        }
-        self.record(
-            NodeResult(
-                name,
-                template["name"],
-                phase,
-                outputs=outputs,
-                message=f"{len(succeeded)}/{len(items)} children succeeded",
-            )
-        )
+        phase = fanout.group_phase(list(phases))
+        declared = [p["name"] for p in (template.get("outputs") or {}).get("parameters") or []]
+        outputs = fanout.aggregate_outputs([(c.phase, c.outputs) for c in children], declared)
+        succeeded = sum(p == "Succeeded" for p in phases)
+        self.record(NodeResult(name, template["name"], phase, outputs=outputs,
+                               message=f"{succeeded}/{len(items)} children succeeded"))
         return TaskOutcome(phase, children=phases), outputs
 
-    # -- container
+    # -- container (retries.py, concurrency.py)
 
-    def container(
-        self, template: dict, name: str, inputs: dict[str, str], key: tuple[int, ...], fail_fast: _FailFast
-    ) -> NodeResult:
+    def container(self, template: dict, name: str, inputs: dict[str, str], key: tuple[int, ...]) -> NodeResult:
         node_name = name or self.workflow
-        node_dir = self.workdir / node_name
+        node_dir = self.node_dir(node_name)
         out_dir = node_dir / "outputs"
         node_dir.mkdir(parents=True, exist_ok=True)
         log_path = node_dir / "log.txt"
         log_path.write_text("")
-        strategy = template.get("retryStrategy") or {}
-        result = NodeResult(
-            node_name, template["name"], "Omitted", message="not started: failFast after a failure"
-        )
-        for attempt in range(int(strategy.get("limit") or 0) + 1):
+        strategy = RetryStrategy.parse(template.get("retryStrategy"))
+        semaphores = semaphore_names(template)
+        attempts: list[Attempt] = []
+        skipped_s = 0.0  # backoff Argo would wait that the local run did not: Argo's clock runs ahead by this
+        deadline = None
+        while True:
             scope = {
                 **self.globals,
                 **{f"inputs.parameters.{k}": v for k, v in inputs.items()},
                 "pod.name": _pod_name(self.workflow, node_name),
-                "retries": str(attempt),
+                "retries": str(len(attempts)),
             }
             try:
                 container = _render(template["container"], scope)
                 outputs = _render((template.get("outputs") or {}).get("parameters") or [], scope)
-                delay = _backoff(strategy, attempt)
             except _NodeError as e:
                 self.emit(node_name, f"Error: {e}")
-                fail_fast.fail()
-                return self.record(
-                    NodeResult(node_name, template["name"], "Error", attempts=attempt, message=str(e))
-                )
-            argv = [
-                _outputs_path(str(a), out_dir)
-                for a in [*container["command"], *(container.get("args") or [])]
-            ]
+                return self.record(NodeResult(node_name, template["name"], "Error", attempts=len(attempts), message=str(e)))
+            argv = [_outputs_path(str(a), out_dir) for a in [*container["command"], *(container.get("args") or [])]]
+            self._called(node_name, template, container, inputs)
+            if self.dry_run and not (template.get("outputs") or {}).get("parameters"):
+                result = NodeResult(node_name, template["name"], "Succeeded", 0, 0, "dry run: not started")
+                return self.record(result)
             if argv[0] in ("python", "python3"):
                 argv[0] = sys.executable
-            shutil.rmtree(out_dir, ignore_errors=True)
-            out_dir.mkdir(parents=True)
-            with self.slots.hold(key):
-                if fail_fast.stopped():  # no new process, not even a retry
-                    return self.record(result)
-                phase, exit_code, message = self._process(
-                    node_name, argv, self._env(container, out_dir), log_path, attempt
-                )
+            for stale in out_dir.glob("*") if out_dir.exists() else ():
+                stale.unlink()
+            out_dir.mkdir(parents=True, exist_ok=True)
+            with self.limits.hold(key, semaphores):
+                started = time.time() + skipped_s
+                timeout = None if deadline is None else max(0.0, deadline - started)
+                phase, code, message = self._process(node_name, argv, self._env(container, out_dir), log_path,
+                                                     len(attempts), timeout)
+                finished = time.time() + skipped_s
                 values: dict[str, str] = {}
                 if phase == "Succeeded":
                     try:
                         values = _read_outputs(outputs, out_dir)
                     except _NodeError as e:
                         phase, message = "Error", str(e)
-                result = NodeResult(
-                    node_name, template["name"], phase, exit_code, attempt + 1, message, values
-                )
-                retry = phase != "Succeeded" and _should_retry(strategy, attempt, phase, exit_code)
-                if phase != "Succeeded" and not retry:
-                    fail_fast.fail()  # before the slot is released, so no waiting node starts after it
-            if not retry:
+            attempts.append(Attempt(phase, code, started, finished, message))
+            result = NodeResult(node_name, template["name"], phase, code, len(attempts), message, values)
+            if phase == "Succeeded" or strategy is None:
                 break
-            self.emit(
-                node_name, f"{phase} ({message}); retry {attempt + 1}/{strategy['limit']} in {delay:g}s"
-            )
-            time.sleep(delay)
+            decision = strategy.decide(attempts, time.time() + skipped_s)
+            if not decision.retry:
+                if decision.message and decision.message != message:
+                    result.message = f"{message}; {decision.message}" if message else decision.message
+                break
+            deadline = decision.deadline
+            local = min(decision.wait_s, self.max_backoff_s)
+            skipped_s += decision.wait_s - local
+            self.emit(node_name, f"{phase} ({message}); retry {len(attempts)}/{strategy.limit}: Argo backs off "
+                                 f"{decision.wait_s:g}s, waiting {local:g}s locally")
+            time.sleep(local)
         self.emit(node_name, f"{result.phase}" + (f" ({result.message})" if result.message else ""))
         return self.record(result)
+
+    def _called(self, node: str, template: dict, container: dict, inputs: dict[str, str]) -> None:
+        """Record the pod's argv as Argo would hand it (the container's own paths, /tmp/outputs)."""
+        items: dict[str, str] = {}
+        for prefix in [node[:i] for i, ch in enumerate(node) if ch == "."] + [node]:
+            items.update(self._item_values.get(prefix, {}))
+        with self._lock:
+            self.pods.append(PodCall(node, template["name"], [*container["command"], *(container.get("args") or [])],
+                                     dict(inputs), items))
 
     def _env(self, container: dict, out_dir: Path) -> dict[str, str]:
         """Host env + the container's values. A secretKeyRef / configMapKeyRef variable keeps the host's
@@ -739,10 +575,10 @@ class _Run:
                 env[var["name"]] = _outputs_path(_text(var.get("value", "")), out_dir)
         return env
 
-    def _process(
-        self, node: str, argv: list[str], env: dict[str, str], log_path: Path, attempt: int
-    ) -> tuple[str, int | None, str]:
-        """Run one attempt, streaming its output; returns (phase, exit code, message)."""
+    def _process(self, node: str, argv: list[str], env: dict[str, str], log_path: Path, attempt: int,
+                 timeout: float | None) -> tuple[str, int | None, str]:
+        """Run one attempt, streaming its output; returns (phase, exit code, message). A `timeout` (the
+        maxDuration deadline of a retry) ends it as the kubelet ends a pod past its activeDeadlineSeconds."""
         self.emit(node, f"started (attempt {attempt + 1}, command in {log_path})")
         with log_path.open("a") as log_file:
             log_file.write(f"--- attempt {attempt + 1}: {shlex.join(argv)}\n")
@@ -750,29 +586,37 @@ class _Run:
                 if self.zygote is not None and argv[0] == sys.executable and argv[1:2] == ["-m"]:
                     process = self.zygote.spawn(argv[2], argv[3:], env, self.project_root)
                 else:
-                    process = subprocess.Popen(
-                        argv,
-                        cwd=self.project_root,
-                        env=env,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT,
-                        text=True,
-                        errors="replace",
-                    )
+                    process = subprocess.Popen(argv, cwd=self.project_root, env=env, stdout=subprocess.PIPE,
+                                               stderr=subprocess.STDOUT, text=True, errors="replace")
             except OSError as e:
                 log_file.write(f"cannot start: {e}\n")
                 return "Error", None, f"cannot start {argv[0]!r}: {e.strerror or e}"
             with self._lock:
                 self.processes.add(process)
+            expired = threading.Event()
+            timer = None
+            if timeout is not None:
+                def expire() -> None:
+                    expired.set()
+                    _signal(process, signal.SIGTERM)
+                    time.sleep(LOCAL_GRACE_S)
+                    _signal(process, signal.SIGKILL)
+                timer = threading.Timer(timeout, expire)
+                timer.daemon = True
+                timer.start()
             try:
                 for line in process.stdout:  # type: ignore[union-attr]
                     log_file.write(line)
                     log_file.flush()
                     self.emit(node, line.rstrip("\n"))
-                code = process.wait()
+                code = exit_code(process.wait())
             finally:
+                if timer is not None:
+                    timer.cancel()
                 with self._lock:
                     self.processes.discard(process)
+        if expired.is_set():
+            return "Failed", code, "Pod was active on the node longer than the specified deadline"
         if code == 0:
             return "Succeeded", 0, ""
         return "Failed", code, f"exit code {code}"
@@ -780,7 +624,17 @@ class _Run:
     def terminate(self) -> None:
         with self._lock:
             for process in self.processes:
-                process.terminate()
+                _signal(process, signal.SIGTERM)
+
+
+def _signal(process, sig: int) -> None:
+    try:
+        if hasattr(process, "send_signal"):
+            process.send_signal(sig)
+        elif getattr(process, "pid", None):
+            os.kill(process.pid, sig)
+    except (ProcessLookupError, OSError):
+        pass
 
 
 def _template_name(task: dict) -> str:
@@ -795,72 +649,58 @@ def _outputs_path(text: str, out_dir: Path) -> str:
     return _OUTPUTS_PATH.sub(lambda _: str(out_dir), text)
 
 
-def _items(task: dict, scope: dict[str, str]) -> list:
-    if task.get("withItems") is not None:
-        return _render(task["withItems"], scope)
-    text = _render(str(task["withParam"]), scope)
-    try:
-        items = json.loads(text)
-    except ValueError:
-        items = None
-    if not isinstance(items, list):
-        raise _NodeError(f"withParam value could not be parsed as a JSON list: {text[:200]!r}")
-    return items
-
-
 def _read_outputs(outputs: list[dict], out_dir: Path) -> dict[str, str]:
+    """executor.go SaveParameters: the file's text with one trailing newline trimmed, else
+    valueFrom.default, else an error."""
     values = {}
     for param in outputs:
         value_from = param.get("valueFrom") or {}
         path = Path(_outputs_path(str(value_from["path"]), out_dir))
         if path.is_file():
-            text = path.read_text()
-            values[param["name"]] = text.removesuffix("\n")  # as Argo: one newline trimmed
-        elif value_from.get("default") is not None or param.get("default") is not None:
-            default = value_from.get("default") if value_from.get("default") is not None else param["default"]
-            values[param["name"]] = _text(default)
+            values[param["name"]] = path.read_text().removesuffix("\n")
+        elif value_from.get("default") is not None:
+            values[param["name"]] = _text(value_from["default"])
         else:
             raise _NodeError(f"output parameter '{param['name']}': {path} was not written")
     return values
 
 
-def _dag_phase(
-    order: list[str], upstream: dict[str, list[str]], outcomes: dict[str, TaskOutcome], stopped: bool
-) -> str:
-    """Argo's assessDAGPhase: the DAG fails when a leaf task's branch failed; an omitted task inherits the
-    phase of its upstream branch (a failure wins). A DAG stopped before all its tasks ran never succeeds."""
-    failures = [o.phase for o in outcomes.values() if o.phase in FAILED]
-    if stopped:
-        return failures[0] if failures else "Omitted"
-    branch: dict[str, str] = {}
-
-    def branch_phase(task: str) -> str:
-        if task not in branch:
-            phase = outcomes[task].phase
-            if phase == "Omitted":
-                parents = [branch_phase(d) for d in upstream[task]]
-                phase = next((p for p in parents if p in FAILED), "Succeeded")
-            branch[task] = phase
-        return branch[task]
-
-    leaves = [t for t in order if not any(t in upstream[other] for other in order)]
-    failed = [branch_phase(t) for t in leaves if branch_phase(t) in FAILED]
-    return failed[0] if failed else "Succeeded"
-
-
 # --- entry point -----------------------------------------------------------------------------------------
 
 
-def _workflow_parameters(spec: dict, params: dict[str, str], label: str) -> dict[str, str]:
+def local_configmaps(templates_dir: Path | None) -> dict[str, dict[str, str]]:
+    """The ConfigMaps a cluster would have, from the ConfigMap documents beside the WorkflowTemplates
+    (workflows/templates/platform.yaml): name -> data."""
+    maps: dict[str, dict[str, str]] = {}
+    if templates_dir is None or not Path(templates_dir).is_dir():
+        return maps
+    for path in sorted(Path(templates_dir).glob("*.y*ml")):
+        for doc in load_documents(path):
+            if doc.get("kind") == "ConfigMap":
+                maps[str((doc.get("metadata") or {}).get("name"))] = {k: str(v) for k, v in (doc.get("data") or {}).items()}
+    return maps
+
+
+def _workflow_parameters(spec: dict, params: dict[str, str], label: str,
+                         configmaps: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The workflow's parameter values (operator.go setGlobalParameters, v3.7+ precedence): a -p value,
+    else `value`, else `valueFrom.configMapKeyRef` (else its `default`). An unknown -p is refused: Argo
+    would add it and ignore it silently (workflow/util/util.go overrideParameters), hiding a typo."""
     declared = {p["name"]: p for p in (spec.get("arguments") or {}).get("parameters") or []}
     for name in params:
         if name not in declared:
-            raise BadInput(
-                f"unknown parameter '{name}' for {label} (declared: {', '.join(declared) or 'none'})"
-            )
+            raise BadInput(f"unknown parameter '{name}' for {label} (declared: {', '.join(declared) or 'none'}; "
+                           f"Argo would accept it and ignore it)")
     values = {}
     for name, param in declared.items():
         value = params.get(name, param.get("value"))
+        if value is None and param.get("valueFrom"):
+            ref = param["valueFrom"].get("configMapKeyRef") or {}
+            data = configmaps.get(str(ref.get("name")), {})
+            value = data.get(str(ref.get("key")), param["valueFrom"].get("default"))
+            if value is None:
+                raise BadInput(f"workflow parameter '{name}' comes from ConfigMap {ref.get('name')} key "
+                               f"{ref.get('key')}, which this machine does not have; pass -p {name}=VALUE")
         if value is None:
             raise BadInput(f"workflow parameter '{name}' has no value; pass -p {name}=VALUE")
         value = _text(value)
@@ -883,6 +723,69 @@ def _workflow_name(source: Source) -> str:
     )
 
 
+@dataclass
+class Prepared:
+    """A workflow file checked and bound to its parameters, ready to run (or to print, `--dry-run`)."""
+
+    source: Source
+    spec: dict
+    templates: Source
+    library: dict[str, Source]
+    values: dict[str, str]
+    name: str
+    globals: dict[str, str]
+    parallelism: int
+    semaphores: dict[str, int]
+
+
+def prepare(path: str | Path, *, params: dict[str, str], templates_dir: str | Path | None,
+            parallelism: int | None = None, semaphores: dict[str, int] | None = None) -> Prepared:
+    """Validate, check the local feature subset and bind the parameters. Raises BadInput."""
+    path = Path(path)
+    validate_or_raise(path, templates_dir)
+    runnable = [Source(path, d) for d in load_documents(path) if d.get("kind") in ("Workflow", "CronWorkflow")]
+    if len(runnable) != 1:
+        raise BadInput(f"{path}: expected exactly one Workflow or CronWorkflow to run, found {len(runnable)}")
+    source = runnable[0]
+    library = load_library(templates_dir)
+    spec, templates = effective_spec(source, library)
+    check_supported(source, spec, templates, library)
+    configmaps = local_configmaps(Path(templates_dir) if templates_dir else None)
+    values = _workflow_parameters(spec, params, source.label, configmaps)
+    if parallelism is not None and parallelism < 1:
+        raise BadInput(f"parallelism must be at least 1, got {parallelism}")
+    caps = [c for c in (parallelism, spec.get("parallelism")) if c]
+    limits = {}
+    for template in _reachable(spec, templates, library):
+        for sem in semaphore_names(template):
+            cm, _, key = sem.partition("/")
+            configured = (semaphores or {}).get(sem, configmaps.get(cm, {}).get(key))
+            try:
+                limits[sem] = int(configured) if configured is not None else 1
+            except ValueError:
+                raise BadInput(f"semaphore {sem}: limit {configured!r} is not an integer") from None
+    name = _workflow_name(source)
+    globals_ = {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local",
+                **{f"workflow.parameters.{k}": v for k, v in values.items()}}
+    return Prepared(source, spec, templates, library, values, name, globals_, min(caps) if caps else 1 << 30, limits)
+
+
+def _reachable(spec: dict, templates: Source, library: dict[str, Source]) -> list[dict]:
+    seen, out = set(), []
+    stack = [(templates, templates.template(spec["entrypoint"]))]
+    while stack:
+        owner, template = stack.pop()
+        if template is None or (id(owner.doc), template["name"]) in seen:
+            continue
+        seen.add((id(owner.doc), template["name"]))
+        out.append(template)
+        for task in (template.get("dag") or {}).get("tasks") or []:
+            target = resolve_task_template(task, owner, library)
+            if not isinstance(target, str):
+                stack.append((target[1], target[0]))
+    return out
+
+
 def run_workflow(
     path: str | Path,
     *,
@@ -890,56 +793,49 @@ def run_workflow(
     templates_dir: str | Path | None,
     workdir: Path,
     project_root: Path,
-    parallelism: int = 1,
+    parallelism: int | None = 1,
+    semaphores: dict[str, int] | None = None,
     log: Callable[[str], None] = print,
     fork_server: bool = False,
+    max_backoff_s: float = MAX_LOCAL_BACKOFF_S,
+    dry_run: bool = False,
 ) -> RunResult:
     """Validate, check the local feature subset, then run the file's Workflow (or a CronWorkflow's
     workflowSpec, once). Raises BadInput before anything runs; a failed step is a result, not an error.
 
-    With `fork_server`, `python -m MODULE` steps fork from a warm interpreter (see zygote.py) instead of
-    paying the torch/transformers import in every process."""
-    if parallelism < 1:
-        raise BadInput(f"parallelism must be at least 1, got {parallelism}")
-    path = Path(path)
-    validate_or_raise(path, templates_dir)
-    runnable = [
-        Source(path, d) for d in load_documents(path) if d.get("kind") in ("Workflow", "CronWorkflow")
-    ]
-    if len(runnable) != 1:
-        raise BadInput(f"{path}: expected exactly one Workflow or CronWorkflow to run, found {len(runnable)}")
-    source = runnable[0]
-    library = load_library(templates_dir)
-    spec, templates = effective_spec(source, library)
-    check_supported(source, spec, templates, library)
-    values = _workflow_parameters(spec, params, source.label)
-    name = _workflow_name(source)
-    globals_ = {
-        "workflow.name": name,
-        "workflow.uid": str(uuid.uuid4()),
-        "workflow.namespace": "local",
-        **{f"workflow.parameters.{k}": v for k, v in values.items()},
-    }
+    At most min(`parallelism`, the YAML's spec.parallelism) containers run at once. With `fork_server`,
+    `python -m MODULE` steps fork from a warm interpreter (see zygote.py) instead of paying the
+    torch/transformers import in every process. With `dry_run`, only the steps whose output parameters the
+    DAG reads (plan) run; every other container is recorded in `RunResult.pods` with the argv Argo would
+    give it, and counted as succeeded."""
+    prepared = prepare(path, params=params, templates_dir=templates_dir, parallelism=parallelism,
+                       semaphores=semaphores)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    run = _Run(name, globals_, library, workdir, Path(project_root), parallelism, log)
-    run.emit(name, f"running {path} locally (parallelism {parallelism}, node directories under {workdir})")
+    run = _Run(prepared.name, prepared.globals, prepared.library, workdir, Path(project_root),
+               Limits(prepared.parallelism, prepared.semaphores), log, max_backoff_s)
+    run.dry_run = dry_run
+    sems = ", ".join(f"{k}={v}" for k, v in sorted(prepared.semaphores.items()))
+    run.emit(prepared.name, f"running {path} locally (at most {prepared.parallelism} containers at once"
+                            + (f"; semaphores {sems}" if sems else "") + f"; node directories under {workdir})")
     if fork_server:
         from bertology.argo.zygote import Zygote
 
         run.zygote = Zygote(Path(project_root))
     try:
-        root = run.template(templates.template(spec["entrypoint"]), templates, "", values, (), _FailFast())
+        entry = prepared.templates.template(prepared.spec["entrypoint"])
+        root = run.template(entry, prepared.templates, "", prepared.values, ())
     except BaseException:
         run.terminate()
         raise
     finally:
         if run.zygote is not None:
             run.zygote.close()
-    exit_code = 0
+    code = 0
     if root.phase != "Succeeded":
-        exit_code = EXIT_BAD_INPUT if any(n.exit_code == EXIT_BAD_INPUT for n in run.nodes.values()) else 1
-    result = RunResult(name, root.phase, exit_code, dict(run.nodes))
+        codes = {n.exit_code for n in run.nodes.values() if n.phase in FAILED and n.exit_code is not None}
+        code = EXIT_BAD_INPUT if EXIT_BAD_INPUT in codes else EXIT_TRANSIENT if codes == {EXIT_TRANSIENT} else 1
+    result = RunResult(prepared.name, root.phase, code, dict(run.nodes), list(run.pods))
     (workdir / "status.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
-    run.emit(name, f"{root.phase} (exit code {exit_code})")
+    run.emit(prepared.name, f"{root.phase} (exit code {code})")
     return result

@@ -103,6 +103,10 @@ FIELD_NAME_HELP = (
 PARAM_NAME_HELP = "letters, digits, '_' and '-'"
 
 
+# Kubernetes kinds the step library's directory may hold beside the WorkflowTemplates.
+PLATFORM_KINDS = ("ConfigMap", "ServiceAccount", "Role", "RoleBinding")
+
+
 class ValidationFailed(BadInput):
     """All problems found in a workflow file; the message is the first one (one line)."""
 
@@ -868,6 +872,8 @@ def validate_file(path: str | Path, templates_dir: str | Path | None) -> list[st
         return [f"{path}: no YAML documents"]
     checker = _Checker(library)
     for doc in docs:
+        if doc.get("kind") in PLATFORM_KINDS and not str(doc.get("apiVersion", "")).startswith("argoproj.io/"):
+            continue  # Kubernetes' own kinds (templates/platform.yaml): make lint runs kubernetes-validate on them
         name = (doc.get("metadata") or {}).get("name")
         known = library.get(name) if doc.get("kind") == "WorkflowTemplate" else None
         # Validating a library file itself: check the library's copy so it is not checked twice.

@@ -1,0 +1,106 @@
+"""How many pods run at once: `spec.parallelism` and `synchronization.semaphores`, as Argo counts them.
+
+Follows, in argoproj/argo-workflows (v3.6 to v4.1):
+- workflow/controller/operator.go `checkParallelism` with node_counters.go `getActivePodsCounter`: the
+  workflow's `spec.parallelism` caps its Pending or Running pods; a pod waiting for a lock does not count.
+  (Template-level `parallelism` on a DAG is refused by the runner; the validator refuses it on a leaf.)
+- `executeTemplate` and workflow/sync (semaphore.go): a template's `synchronization.semaphores` are
+  acquired before its pod is created, all of them; a node that cannot get them waits (phase Pending,
+  "Waiting for <lock> lock"). The limit is the integer in ConfigMap key `<name>/<key>`. There is no
+  ConfigMap locally: `bertology run --semaphore NAME/KEY=N` sets a limit, and an unset one is 1 (this
+  machine is one device), said in the run's first lines.
+
+Locally, waiters are served in tree order (depth first: a started cell finishes before the next starts),
+so a run at parallelism 1 is reproducible; Argo orders a lock's waiters by workflow priority, then age.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+DEFAULT_SEMAPHORE_LIMIT = 1
+
+
+class OrderedPool:
+    """At most `size` holders at once; waiters are served in key order (tree order of the nodes).
+
+    A fan-out reserves its children's places in line before their threads start, so the order does not
+    depend on which thread happens to ask first."""
+
+    def __init__(self, size: int, name: str = "parallelism"):
+        self.size, self.name = size, name
+        self._free = size
+        self._waiting: list[tuple[int, ...]] = []
+        self._reserved: set[tuple[int, ...]] = set()
+        self._cond = threading.Condition()
+
+    def reserve(self, key: tuple[int, ...]) -> None:
+        with self._cond:
+            self._reserved.add(key)
+            heapq.heappush(self._waiting, key)
+
+    def cancel(self, key: tuple[int, ...]) -> None:
+        """Give up a reservation that was not used (no-op once the node held a place)."""
+        with self._cond:
+            if key in self._reserved:
+                self._reserved.discard(key)
+                self._waiting.remove(key)
+                heapq.heapify(self._waiting)
+                self._cond.notify_all()
+
+    @contextmanager
+    def hold(self, key: tuple[int, ...]) -> Iterator[None]:
+        with self._cond:
+            if key in self._reserved:
+                self._reserved.discard(key)
+            else:
+                heapq.heappush(self._waiting, key)
+            self._cond.wait_for(lambda: self._free > 0 and self._waiting[0] == key)
+            heapq.heappop(self._waiting)
+            self._free -= 1
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._free += 1
+                self._cond.notify_all()
+
+
+def semaphore_names(template: dict) -> list[str]:
+    """`NAME/KEY` of each ConfigMap semaphore a template holds (v3.6+ `semaphores`; v3.5 `semaphore`)."""
+    sync = template.get("synchronization") or {}
+    refs = list(sync.get("semaphores") or []) + ([sync["semaphore"]] if sync.get("semaphore") else [])
+    names = []
+    for ref in refs:
+        selector = ref.get("configMapKeyRef") or {}
+        names.append(f"{selector.get('name')}/{selector.get('key')}")
+    return names
+
+
+class Limits:
+    """The pod cap and the semaphores of one run."""
+
+    def __init__(self, parallelism: int, semaphores: dict[str, int]):
+        self.pods = OrderedPool(parallelism)
+        self._limits = dict(semaphores)
+        self._semaphores: dict[str, OrderedPool] = {}
+        self._lock = threading.Lock()
+
+    def semaphore(self, name: str) -> OrderedPool:
+        with self._lock:
+            if name not in self._semaphores:
+                self._semaphores[name] = OrderedPool(self._limits.get(name, DEFAULT_SEMAPHORE_LIMIT), name)
+            return self._semaphores[name]
+
+    @contextmanager
+    def hold(self, key: tuple[int, ...], semaphores: list[str]) -> Iterator[None]:
+        """The template's locks first (a waiting pod is not active), then a place under parallelism."""
+        with ExitStack() as stack:
+            for name in sorted(semaphores):
+                stack.enter_context(self.semaphore(name).hold(key))
+            stack.enter_context(self.pods.hold(key))
+            yield

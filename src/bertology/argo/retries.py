@@ -1,0 +1,140 @@
+"""retryStrategy as Argo decides it, attempt by attempt.
+
+Follows workflow/controller/operator.go `processNodeRetries` (v3.6 to v4.1), in its order:
+1. `backoff.maxDuration` is a window from the first attempt's start, not a cap on each wait: once it has
+   passed, a failure ends the node ("Max duration limit exceeded"); a retry whose wait would end after it
+   is not made ("Backoff would exceed max duration limit"); retry attempts are given the window's end as
+   their deadline (`opts.executionDeadline`, the pod's activeDeadlineSeconds), the first attempt none;
+2. the wait before attempt n+1 is `duration × factor^(n-1)` after the last attempt finished (factor an
+   integer; no wait when `limit` is unset), at most `cap` (v3.7+);
+3. `retryPolicy` (`RetryPolicyActual`: OnFailure by default, Always when an expression is given);
+4. `limit`: attempts = limit + 1;
+5. `expression`, ANDed with the policy, over `lastRetry.exitCode` (a string, "-1" when there is none),
+   `lastRetry.status`, `lastRetry.duration`, `retries`.
+
+Exit codes: cmd/argoexec/commands/emissary.go `exitCodeFromErr` reports a process killed by any signal as
+137, as `exit_code` does with a local process's negative return code.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from bertology.argo.expressions import evaluate_retry, parse_retry
+
+POLICIES = ("Always", "OnFailure", "OnError")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class RetryError(ValueError):
+    """A retryStrategy Argo would refuse at run time (a malformed duration or factor)."""
+
+
+def seconds(duration: Any) -> float:
+    """wfv1.ParseStringToDuration: a bare number of seconds, or a Go duration such as 30s or 1m30s."""
+    text = str(duration).strip()
+    if re.fullmatch(r"\d+", text):
+        return float(text)
+    if not re.fullmatch(f"(?:{_DURATION.pattern})+", text):
+        raise RetryError(f"retryStrategy duration {text!r} is not a duration like 30s, 2m or 1h")
+    return sum(float(n) * _UNIT_S[unit] for n, unit in _DURATION.findall(text))
+
+
+def exit_code(returncode: int) -> int:
+    """The exit code Argo records for a process: its own, or 137 when a signal killed it."""
+    return returncode if returncode >= 0 else 137
+
+
+@dataclass(frozen=True)
+class Attempt:
+    phase: str  # Failed (non-zero exit) or Error
+    exit_code: int | None
+    started: float  # seconds, any clock
+    finished: float
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    retry: bool
+    wait_s: float = 0.0
+    message: str = ""  # why the node ends, as Argo's node message
+    deadline: float | None = None  # the next attempt's deadline (maxDuration), same clock as Attempt
+
+
+@dataclass(frozen=True)
+class RetryStrategy:
+    limit: int | None
+    policy: str
+    expression: str | None
+    duration_s: float | None
+    factor: int | None
+    max_duration_s: float | None
+    cap_s: float | None
+
+    @classmethod
+    def parse(cls, raw: dict | None) -> RetryStrategy | None:
+        if raw is None:
+            return None
+        backoff = raw.get("backoff")
+        expression = str(raw["expression"]) if raw.get("expression") else None
+        policy = raw.get("retryPolicy") or ("Always" if expression else "OnFailure")
+        if policy not in POLICIES:
+            raise RetryError(f"retryPolicy {policy!r} is not supported locally (supported: {', '.join(POLICIES)})")
+        if expression:
+            parse_retry(expression)
+        factor = None
+        if backoff is not None and backoff.get("factor") is not None:
+            if not re.fullmatch(r"-?\d+", str(backoff["factor"]).strip()):
+                raise RetryError(f"retryStrategy.backoff.factor {backoff['factor']!r} must be an integer")
+            factor = int(str(backoff["factor"]))
+        if backoff is not None and not backoff.get("duration"):
+            raise RetryError("no base duration specified for retryStrategy")  # processNodeRetries
+        return cls(
+            limit=int(str(raw["limit"])) if raw.get("limit") is not None else None,
+            policy=policy,
+            expression=expression,
+            duration_s=seconds(backoff["duration"]) if backoff else None,
+            factor=factor,
+            max_duration_s=seconds(backoff["maxDuration"]) if backoff and backoff.get("maxDuration") else None,
+            cap_s=seconds(backoff["cap"]) if backoff and backoff.get("cap") else None,
+        )
+
+    def wait_before(self, attempts: int) -> float:
+        """The backoff after `attempts` attempts: duration × factor^(attempts-1), at most cap."""
+        if self.duration_s is None:
+            return 0.0
+        wait = self.duration_s
+        if self.factor is not None and self.factor > 0:
+            wait = self.duration_s * self.factor ** (attempts - 1)
+        return min(wait, self.cap_s) if self.cap_s is not None else wait
+
+    def decide(self, attempts: list[Attempt], now: float) -> Decision:
+        """After the last of `attempts` failed: retry (after how long, until when) or end the node."""
+        last = attempts[-1]
+        deadline = None
+        if self.duration_s is not None:
+            if self.max_duration_s is not None:
+                deadline = attempts[0].started + self.max_duration_s
+                if now > deadline:
+                    return Decision(False, message="Max duration limit exceeded")
+            wait = self.wait_before(len(attempts))
+            if deadline is not None and last.finished + wait > deadline:
+                return Decision(False, message="Backoff would exceed max duration limit")
+        else:
+            wait = 0.0
+        if self.limit is None:
+            wait = 0.0  # the backoff wait is only taken when a limit is set
+        retry_failed = self.policy in ("Always", "OnFailure")
+        retry_error = self.policy in ("Always", "OnError")
+        if (last.phase == "Failed" and not retry_failed) or (last.phase == "Error" and not retry_error):
+            return Decision(False, message=last.message)
+        if self.limit is not None and len(attempts) > self.limit:
+            return Decision(False, message="No more retries left")
+        if self.expression and not evaluate_retry(parse_retry(self.expression),
+                                                         -1 if last.exit_code is None else last.exit_code, last.phase):
+            return Decision(False, message="retryStrategy.expression evaluated to false")
+        return Decision(True, wait_s=max(0.0, last.finished + wait - now), deadline=deadline)
