@@ -179,7 +179,8 @@ def test_no_warmup_and_no_weight_decay_unless_a_report_says_so():
 
 @pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_workflow_header_says_where_each_setting_comes_from(path):
-    header = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
+    header = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
+    header = re.sub(r"\s+", " ", header).lower()
     assert "from the report" in header and "assumed, because the report is silent" in header, path.stem
 
 
@@ -246,3 +247,13 @@ def test_study_ids_keep_the_new_parameters_out_when_unused():
     d = spec.to_dict()
     assert "task_settings" not in d and "not_applied" not in d and d["intervention_seed"] is None
     json.dumps(d)
+
+
+@pytest.mark.skipif(not PAPERS.exists(), reason="the reports' text is not here")
+@pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_quote_in_a_workflow_header_is_in_a_report(path):
+    prose = [line for line in path.read_text().splitlines() if line.startswith("#") and not line.startswith("#  ")]
+    header = " ".join(line.lstrip("# ") for line in prose)  # the usage lines (indented) hold JSON, not quotes
+    reports = " ".join(re.sub(r"\s+", " ", p.read_text()) for p in PAPERS.glob("*.txt"))
+    for quote in re.findall(r'"([^"]+)"', re.sub(r"\s+", " ", header)):
+        assert quote in reports, f"{path.stem}: {quote!r} is not in any report"
