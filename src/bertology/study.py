@@ -141,7 +141,8 @@ class StudySpec:
         task_settings = _check_task_settings(values["task_settings"], [*values["tasks"], *values["intermediates"]])
         not_applied = _identity_swaps(values["models"], parse_variants(values["variants"], raw.get("variants", "")))
         changes = _apply_preset(preset, values)
-        task_settings = _preset_task_settings(preset, task_settings, changes)
+        task_settings = {task: v for task, v in _preset_task_settings(preset, task_settings, changes).items()
+                         if task in (*values["tasks"], *values["intermediates"])}  # a preset may drop tasks
         limits = PRESET_LIMITS.get(preset, {})
         variants = _stand_in_variants(preset, parse_variants(values["variants"], raw.get("variants", ""),
                                                              limits.get("grid")), changes)
