@@ -257,3 +257,19 @@ def test_every_quote_in_a_workflow_header_is_in_a_report(path):
     reports = " ".join(re.sub(r"\s+", " ", p.read_text()) for p in PAPERS.glob("*.txt"))
     for quote in re.findall(r'"([^"]+)"', re.sub(r"\s+", " ", header)):
         assert quote in reports, f"{path.stem}: {quote!r} is not in any report"
+
+
+def test_plan_refuses_bad_task_settings_in_one_line_before_any_work(tmp_path):
+    from types import SimpleNamespace
+
+    from bertology.steps import plan
+
+    params = [f"{k}={v}" for k, v in {**workflow_params("layerwise-reinit"), "preset": "tiny"}.items()]
+    args = SimpleNamespace(study="layerwise-reinit", outputs=str(tmp_path / "out"),
+                           param=[*params, 'task_settings={"squad": {"fraction": 0.1}}'])
+    with pytest.raises(BadInput, match="task_settings names task 'squad', which is not one of the study's tasks"):
+        plan.run(None, args)
+    args.param = [*params, 'task_settings={"squad2": {"stride": 128}}']
+    with pytest.raises(BadInput, match="task_settings 'squad2' has unknown setting 'stride'"):
+        plan.run(None, args)
+    assert not (tmp_path / "out").exists()
