@@ -198,8 +198,9 @@ class Regime:
     lr: float = 2e-5
     batch_size: int = 32
     epochs: int = 3
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
+    # Hugging Face's run_glue / run_mlm defaults, which the reports' scripts ran with: no report states either
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     eval_batch_size: int = 128
     eval_every: int = 0  # steps between evaluations besides each epoch's end (the forgetting curve: 50)
@@ -232,8 +233,8 @@ class Regime:
             lr=as_float(d.get("lr", 2e-5), "lr", 0.0, 1.0, low_open=True),
             batch_size=as_int(d.get("batch_size", 32), "batch_size", 1),
             epochs=as_int(d.get("epochs", 3), "epochs", 1),
-            warmup_ratio=as_float(d.get("warmup_ratio", 0.1), "warmup_ratio", 0.0, 1.0),
-            weight_decay=as_float(d.get("weight_decay", 0.01), "weight_decay", 0.0, 1.0),
+            warmup_ratio=as_float(d.get("warmup_ratio", 0.0), "warmup_ratio", 0.0, 1.0),
+            weight_decay=as_float(d.get("weight_decay", 0.0), "weight_decay", 0.0, 1.0),
             max_grad_norm=as_float(d.get("max_grad_norm", 1.0), "max_grad_norm", 0.0, 1e6, low_open=True),
             eval_batch_size=as_int(d.get("eval_batch_size", 128), "eval_batch_size", 1),
             eval_every=as_int(d.get("eval_every", 0), "eval_every", 0),

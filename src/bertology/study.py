@@ -48,7 +48,9 @@ STAND_INS: dict[str, tuple[tuple[str, str], ...]] = {
 OFFLINE_PREFIXES = ("tiny:", "package:", "dir:", "file://", "/", "./", "../", "~")
 
 # name -> (kind, default as the Workflow would pass it). An empty value means "the default", so a
-# step template can declare every parameter with `default: ""`. Defaults are the reports' settings.
+# step template can declare every parameter with `default: ""`. Where a report states a setting, each
+# study's workflow passes it; these defaults are what the reports' fine-tuning scripts (Hugging Face's
+# run_glue / run_mlm) default to where the reports are silent: no warmup, no weight decay.
 PARAMS: dict[str, tuple[str, str]] = {
     "preset": ("str", "paper"),
     "models": ("json-list", '["google-bert/bert-base-uncased"]'),
@@ -60,8 +62,8 @@ PARAMS: dict[str, tuple[str, str]] = {
     "batch_size": ("int", "32"),
     "epochs": ("int", "3"),
     "max_length": ("int", "128"),
-    "warmup_ratio": ("float", "0.1"),
-    "weight_decay": ("float", "0.01"),
+    "warmup_ratio": ("float", "0"),
+    "weight_decay": ("float", "0"),
     "fraction": ("optional-float", ""),
     "count": ("optional-int", ""),
     # a training-size factor: fractions in (0, 1] and {"count": N} (partial-reinit's 100%, 10%, 1%, ~670)
@@ -70,7 +72,11 @@ PARAMS: dict[str, tuple[str, str]] = {
     "regime": ("str", "full"),
     "train_layers": ("optional-layers", ""),
     "unfreeze_per_epoch": ("int", "4"),
-    "intervention_seed": ("int", "0"),
+    # "run": each training seed draws its own random intervention (reinit, shuffles), as the monolingual
+    # report's three runs "with no fixed random seed" did; an integer: one fixed draw for every seed
+    "intervention_seed": ("intervention-seed", "run"),
+    # per-task overrides of dataset and regime settings, e.g. {"squad2": {"fraction": 0.1, "batch_size": 1}}
+    "task_settings": ("task-settings", "{}"),
     # sequential fine-tuning: each task is also fine-tuned after each of these (and directly)
     "intermediates": ("json-list", "[]"),
     # evaluation and monitoring (the cross-lingual report: every 50 steps, against a native model)
@@ -88,6 +94,10 @@ PARAMS: dict[str, tuple[str, str]] = {
 REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
                  "eval_every", "reference", "checkpoint_every", "compile")
 
+# The settings task_settings may override per task, and which spec each lands in.
+TASK_DATASET_KEYS = ("fraction", "count", "max_length", "doc_stride", "eval_count")
+TASK_REGIME_KEYS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "eval_batch_size", "eval_every")
+
 Size = tuple["float | None", "int | None"]  # (fraction, count); (None, None) is all the training data
 
 
@@ -104,10 +114,13 @@ class StudySpec:
     max_length: int
     sizes: tuple[Size, ...]
     subset_seed: int
-    intervention_seed: int
+    intervention_seed: int | None  # None: follow each run's training seed (for a chain that draws)
     intermediates: tuple[str, ...] = ()
     eval_count: int | None = None
     doc_stride: int | None = None
+    task_settings: dict = dataclasses.field(default_factory=dict)  # task -> {setting: value}
+    # (variant, model) pairs not run: a swap-embeddings whose donor is the model itself (Table 5's "NA")
+    not_applied: tuple[tuple[str, str], ...] = ()
     bundle: int | None = None  # runs per pod (None: automatic); how cells are packed, not part of the id
 
     @classmethod
@@ -127,7 +140,11 @@ class StudySpec:
         if values["fraction"] is not None and values["count"] is not None:
             raise BadInput(f"give a training fraction or a count, not both "
                            f"(fraction={values['fraction']}, count={values['count']})")
+        task_settings = _check_task_settings(values["task_settings"], [*values["tasks"], *values["intermediates"]])
+        not_applied = _identity_swaps(values["models"], parse_variants(values["variants"], raw.get("variants", "")))
         changes = _apply_preset(preset, values)
+        task_settings = {task: v for task, v in _preset_task_settings(preset, task_settings, changes).items()
+                         if task in (*values["tasks"], *values["intermediates"])}  # a preset may drop tasks
         limits = PRESET_LIMITS.get(preset, {})
         variants = _stand_in_variants(preset, parse_variants(values["variants"], raw.get("variants", ""),
                                                              limits.get("grid")), changes)
@@ -141,10 +158,15 @@ class StudySpec:
                    max_length=values["max_length"], sizes=tuple(dict.fromkeys(sizes)),
                    subset_seed=values["subset_seed"], intervention_seed=values["intervention_seed"],
                    intermediates=tuple(dict.fromkeys(values["intermediates"])),
-                   eval_count=values["eval_count"], doc_stride=values["doc_stride"], bundle=values["bundle"])
+                   eval_count=values["eval_count"], doc_stride=values["doc_stride"], task_settings=task_settings,
+                   not_applied=tuple(p for p in not_applied if p[1] in values["models"]), bundle=values["bundle"])
         spec._check_shape()
         for variant in spec.variants:
-            spec.regime_of(variant)  # a bad override is refused here, by the variant's name
+            for task in (None, *spec.task_settings):
+                spec.regime_of(variant, task)  # a bad override is refused here, by the variant's name
+        for task in spec.task_settings:
+            for size in spec.sizes:
+                DatasetSpec.from_dict(spec.dataset("m", task, size).to_dict())  # bad values, by the task's name
         return spec, changes
 
     def _check_shape(self) -> None:
@@ -167,6 +189,10 @@ class StudySpec:
         d["regime"] = self.regime.to_dict()
         d["sizes"] = [{"fraction": f, "count": c} for f, c in self.sizes]
         d["intermediates"] = list(self.intermediates)
+        d["not_applied"] = [list(p) for p in self.not_applied]
+        for key in ("task_settings", "not_applied"):  # left out when empty, as they were before they existed
+            if not d[key]:
+                del d[key]
         return d
 
     @property
@@ -178,25 +204,50 @@ class StudySpec:
         """The unmodified variant (no intervention, the study's regime and model) deltas are taken against."""
         return next((v.name for v in self.variants if v.unmodified), None)
 
-    def regime_of(self, variant: Variant) -> Regime:
-        if not variant.regime:
+    def regime_of(self, variant: Variant, task: str | None = None) -> Regime:
+        """The study's regime, then the task's settings (task_settings), then the variant's own overrides."""
+        per_task = {k: v for k, v in self.task_settings.get(task, {}).items() if k in TASK_REGIME_KEYS}
+        if not variant.regime and not per_task:
             return self.regime
         try:
-            return Regime.from_dict({**self.regime.to_dict(), **variant.regime})
+            base = Regime.from_dict({**self.regime.to_dict(), **per_task})
+        except BadInput as e:
+            raise BadInput(f"task_settings '{task}': {e}") from None
+        if not variant.regime:
+            return base
+        try:
+            return Regime.from_dict({**base.to_dict(), **variant.regime})
         except BadInput as e:
             raise BadInput(f"variant '{variant.name}' regime: {e}") from None
 
     def model_of(self, model: str, variant: Variant) -> str:
         return variant.model or model
 
-    def checkpoint(self, model: str, variant: Variant) -> CheckpointSpec:
-        return CheckpointSpec(self.model_of(model, variant), variant.interventions, self.intervention_seed)
+    def checkpoint(self, model: str, variant: Variant, seed: int = 0) -> CheckpointSpec:
+        """The variant's checkpoint for a run with training seed `seed`.
+
+        A chain that draws random numbers gets the run's seed (one draw per run) unless the study fixes
+        `intervention_seed`; a deterministic chain (and the unmodified model) gets seed 0, so every
+        training seed shares its one checkpoint.
+        """
+        from bertology.interventions import is_random  # torch: only where checkpoints are made
+
+        if self.intervention_seed is not None:
+            chain_seed = self.intervention_seed
+        else:
+            chain_seed = seed if is_random(i.name for i in variant.interventions) else 0
+        return CheckpointSpec(self.model_of(model, variant), variant.interventions, chain_seed)
 
     def dataset(self, model: str, task: str, size: Size = (None, None)) -> DatasetSpec:
+        """The task's data at this size, with the task's own settings (task_settings) applied over the study's."""
         fraction, count = size
-        return DatasetSpec(task=task, source=self.source, tokenizer=model, max_length=self.max_length,
-                           fraction=fraction, count=count, subset_seed=self.subset_seed,
-                           eval_count=self.eval_count, doc_stride=self.doc_stride)
+        settings = {"fraction": fraction, "count": count, "max_length": self.max_length,
+                    "eval_count": self.eval_count, "doc_stride": self.doc_stride}
+        per_task = {k: v for k, v in self.task_settings.get(task, {}).items() if k in TASK_DATASET_KEYS}
+        if "fraction" in per_task or "count" in per_task:  # a task's own size replaces the study's
+            settings.update(fraction=None, count=None)
+        settings.update(per_task)
+        return DatasetSpec(task=task, source=self.source, tokenizer=model, subset_seed=self.subset_seed, **settings)
 
     def cells(self) -> list[Cell]:
         """Every run of the study in table order: model, task, size, intermediate, variant, seed.
@@ -205,12 +256,17 @@ class StudySpec:
         sequential run's intermediate run uses the same checkpoint, regime, size and seed.
         """
         cells: dict[tuple[str, str], Cell] = {}
+        skip = set(self.not_applied)
         for model, task, size, after, variant, seed in itertools.product(
                 self.models, self.tasks, self.sizes, (None, *self.intermediates), self.variants, self.seeds):
+            if (variant.name, model) in skip:
+                continue
             base = self.model_of(model, variant)
-            checkpoint, regime = self.checkpoint(model, variant), self.regime_of(variant)
-            first = None if after is None else RunSpec(checkpoint, self.dataset(base, after, size), regime, seed)
-            run = RunSpec(checkpoint, self.dataset(base, task, size), regime, seed, after=first)
+            checkpoint = self.checkpoint(model, variant, seed)
+            first = None if after is None else RunSpec(checkpoint, self.dataset(base, after, size),
+                                                       self.regime_of(variant, after), seed)
+            run = RunSpec(checkpoint, self.dataset(base, task, size), self.regime_of(variant, task), seed,
+                          after=first)
             cells.setdefault((variant.name, run.id), Cell(self.name, variant.name, base, run))
         return list(cells.values())
 
@@ -269,6 +325,52 @@ def _stand_in_variants(preset: str, variants: tuple[Variant, ...], changes: list
             chain.append(step)
         out.append(dataclasses.replace(v, model=model, regime=regime, interventions=tuple(chain)))
     return tuple(out)
+
+
+def _identity_swaps(models: list[str], variants: tuple[Variant, ...]) -> list[tuple[str, str]]:
+    """(variant, model) pairs whose chain swaps in the model's own embeddings: the identity, not run.
+
+    The monolingual report: the English word embeddings modification "is applied only to non-English
+    pre-trained models" (Table 5's EN english is "NA"), so english-embeddings can list the English model
+    for its base and clean cells. Judged on the references as written, before a preset's stand-ins (under
+    tiny every model is tiny:bert, and the swap still runs as a smoke test)."""
+    return [(v.name, m) for v in variants for m in models
+            if any(step.name == "swap-embeddings" and step.params_dict.get("donor") == m for step in v.interventions)]
+
+
+def _check_task_settings(value: Any, study_tasks: list[str]) -> dict:
+    """task_settings: a JSON object of the study's tasks to objects of dataset/regime settings."""
+    allowed = (*TASK_DATASET_KEYS, *TASK_REGIME_KEYS)
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise BadInput(f"parameter 'task_settings' must be a JSON object of task -> {{setting: value}}, e.g. "
+                       f'{{"squad2": {{"fraction": 0.1, "batch_size": 1}}}}, got {_show(value)}')
+    for task, settings in value.items():
+        if task not in study_tasks:
+            raise BadInput(f"task_settings names task '{task}', which is not one of the study's tasks "
+                           f"({', '.join(study_tasks)})")
+        unknown = sorted(set(settings) - set(allowed))
+        if unknown:
+            raise BadInput(f"task_settings '{task}' has unknown setting '{unknown[0]}' (allowed: {', '.join(allowed)})")
+        if "fraction" in settings and "count" in settings:
+            raise BadInput(f"task_settings '{task}': give a fraction or a count, not both")
+    return {task: dict(sorted(settings.items())) for task, settings in sorted(value.items()) if settings}
+
+
+def _preset_task_settings(preset: str, settings: dict, changes: list[str]) -> dict:
+    """Under a preset, the preset's own sizes win over a task's: a task setting the preset sets (or its
+    size, where the preset sets count) is dropped and the change logged."""
+    overridden = set(PRESETS[preset])
+    if "count" in overridden:
+        overridden.add("fraction")
+    out = {}
+    for task, values in settings.items():
+        dropped = sorted(set(values) & overridden)
+        if dropped:
+            changes.append(f"task_settings '{task}': {', '.join(dropped)} dropped (preset {preset} sets them)")
+        kept = {k: v for k, v in values.items() if k not in overridden}
+        if kept:
+            out[task] = kept
+    return out
 
 
 def _sizes(value: Any, text: str) -> tuple[Size, ...]:
@@ -350,6 +452,15 @@ def typed_param(name: str, text: str) -> Any:
             raise BadInput(f"parameter '{name}' must be a list of {want.__name__}s, got {bad[0]!r} in {text!r}")
         return value
     if kind == "variants":
+        return value
+    if kind == "intervention-seed":  # "run" (follow each run's seed) or a fixed integer >= 0
+        if text.lower() == "run":
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise BadInput(f"parameter '{name}' must be run (each training seed draws its own intervention) "
+                           f"or an integer >= 0 (one fixed draw), got {text!r}")
+        return value
+    if kind == "task-settings":
         return value
     if kind == "sizes":
         return _sizes(value, text)

@@ -24,6 +24,7 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from bertology.interventions import tensor_globs
 from bertology.interventions.sampling import child_seeds, permutation
 
+RANDOM = True  # draws from the chain's generator: a new seed gives a new checkpoint
 DEFAULTS: dict = {"tensors": ["*"]}
 
 

@@ -2,8 +2,11 @@
 
 Each intervention is a module with a fixed shape (a docstring whose first line names its parameters,
 DEFAULTS listing every parameter with None for a required one, `check(params, config)` and
-`apply(model, tokenizer, params, generator)`, plus `config_after(params, config)` where it changes the
-config, e.g. the depth); the registry makes an entry of each. Validation needs only
+`apply(model, tokenizer, params, generator)`, RANDOM saying whether it draws from the generator, plus
+`config_after(params, config)` where it changes the config, e.g. the depth); the registry makes an entry
+of each. RANDOM is what lets a study give each training seed its own draw of a random intervention (the
+monolingual report ran each experiment "with no fixed random seed") while a deterministic chain stays one
+checkpoint for all seeds. Validation needs only
 the config, so a study is refused before any weights load; application snapshots the model first and
 compares afterwards, so the manifest says exactly which tensors changed.
 """
@@ -11,7 +14,7 @@ compares afterwards, so the manifest says exactly which tensors changed.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -44,13 +47,15 @@ class Intervention:
     defaults: dict
     check: Callable[[dict, PretrainedConfig], None]
     transform: Apply
+    random: bool
     config_after: Callable[[dict, PretrainedConfig], PretrainedConfig] | None = None
 
     @classmethod
     def from_module(cls, name: str, module: ModuleType) -> Intervention:
         doc = (module.__doc__ or "").strip().splitlines()[0]
         defaults = copy.deepcopy(module.DEFAULTS)
-        return cls(name, doc, defaults, module.check, module.apply, getattr(module, "config_after", None))
+        return cls(name, doc, defaults, module.check, module.apply, module.RANDOM,
+                   getattr(module, "config_after", None))
 
     def validate(self, params: dict, config: PretrainedConfig) -> dict:
         """The params with defaults filled in; BadInput for unknown names or bad values."""
@@ -108,6 +113,11 @@ def validate_chain(chain: list[dict], config: PretrainedConfig) -> list[dict]:
         if entry.config_after is not None:
             config = entry.config_after(params, config)
     return resolved
+
+
+def is_random(names: Iterable[str]) -> bool:
+    """Whether a chain of these interventions draws random numbers (so its seed changes its bytes)."""
+    return any(REGISTRY[name].random for name in names if name in REGISTRY)
 
 
 def chain_config(chain: list[dict], config: PretrainedConfig) -> PretrainedConfig:

@@ -38,6 +38,7 @@ from bertology.errors import BadInput
 from bertology.interventions import parts, selection
 from bertology.interventions.sampling import trunc_normal_
 
+RANDOM = True  # draws from the chain's generator: a new seed gives a new checkpoint
 DEFAULTS: dict = {
     "scope": "all",
     "std": 0.02,

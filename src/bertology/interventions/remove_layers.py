@@ -19,6 +19,7 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from bertology.errors import BadInput
 from bertology.interventions import parts, selection
 
+RANDOM = False  # draws no random numbers: every seed gives the same checkpoint
 DEFAULTS: dict = {"layers": None}
 _FORMS = ("last", "every", "list")
 

@@ -13,8 +13,9 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from bertology.interventions.parts import encoder_layers, renumber
 
-__all__ = ["DEFAULTS", "apply", "check", "encoder_layers", "reverse_encoder_layers"]
+__all__ = ["DEFAULTS", "RANDOM", "apply", "check", "encoder_layers", "reverse_encoder_layers"]
 
+RANDOM = False  # draws no random numbers: every seed gives the same checkpoint
 DEFAULTS: dict = {}
 
 

@@ -24,6 +24,7 @@ from bertology.errors import BadInput
 from bertology.interventions import parts
 from bertology.interventions.sampling import permutation
 
+RANDOM = True  # draws from the chain's generator: a new seed gives a new checkpoint
 DEFAULTS: dict = {"english_only": False}
 ENGLISH = re.compile(r"(##)?[A-Za-z]+")
 

@@ -30,7 +30,9 @@ def make_checkpoint(spec: CheckpointSpec, out: Path) -> tuple[dict, float]:
     from bertology.interventions import apply_chain, validate_chain
 
     chain = validate_chain([i.to_dict() for i in spec.interventions], model_config(spec.model))
-    model, tokenizer = models.load_pretrained(local_model_ref(spec.model), seed=spec.seed)
+    # the pre-trained model is the same for every intervention seed (a tiny model, or weights the checkpoint
+    # lacks, are drawn from seed 0): only the chain's own draws follow spec.seed
+    model, tokenizer = models.load_pretrained(local_model_ref(spec.model), seed=0)
     start = time.process_time()
     model, tokenizer, manifest = apply_chain(model, tokenizer, chain, spec.seed)
     cpu_seconds = time.process_time() - start

@@ -1,0 +1,275 @@
+"""Each study computes what its report computed: the settings the reports state, pinned by their words.
+
+Every quoted string below is checked against the paper text in ../shared/papers/ where that is present, so
+a quote cannot drift from its source.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from bertology.errors import BadInput
+from bertology.study import PARAMS, StudySpec
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOWS = REPO / "workflows"
+PAPERS = REPO.parent / "shared" / "papers"
+
+
+def quoted(paper: str, words: str) -> str:
+    """The words, after checking that the report says them (whitespace-insensitive), where its text is here."""
+    path = PAPERS / f"{paper}.txt"
+    if path.exists():
+        text = re.sub(r"\s+", " ", path.read_text())
+        assert re.sub(r"\s+", " ", words) in text, f"{paper} does not say: {words!r}"
+    return words
+
+
+def workflow_params(study: str) -> dict[str, str]:
+    """The parameters a study's Workflow passes (its `arguments`), as plan receives them."""
+    doc = yaml.safe_load((WORKFLOWS / f"{study}.yaml").read_text())
+    params = {p["name"]: str(p["value"]) for p in doc["spec"]["arguments"]["parameters"]}
+    assert params.pop("study") == study
+    return params
+
+
+def study(name: str, **overrides: str) -> StudySpec:
+    return StudySpec.from_params(name, {**workflow_params(name), **overrides})[0]
+
+
+def chain(spec: StudySpec, variant: str) -> list[dict]:
+    return [i.to_dict() for i in next(v for v in spec.variants if v.name == variant).interventions]
+
+
+# 1. Shuffled embeddings, English tokens only (monolingual report, Tables 4 and 6)
+
+@pytest.mark.parametrize("name", ["shuffled-embeddings", "init-distribution"])
+def test_shuffled_embeddings_map_english_tokens_to_english_vectors_only(name):
+    quoted("monolingual-pretraining-benefits", "we only map English tokens to English embedding vectors")
+    assert chain(study(name), "shuffled") == [{"name": "shuffle-embeddings", "params": {"english_only": True}}]
+
+
+# 2. English embeddings: clean is clean word embeddings, and the EN row (monolingual report, Table 5)
+
+def test_english_embeddings_clean_reinitialises_the_word_embeddings_only():
+    quoted("monolingual-pretraining-benefits", "a model with randomly initialized embeddings (clean)")
+    spec = study("english-embeddings")
+    assert chain(spec, "clean") == [{"name": "reinit", "params": {"scope": "word-embeddings"}}]
+    # the same clean model as Table 4's clean column (shuffled-embeddings), so one checkpoint serves both
+    table4 = study("shuffled-embeddings")
+    ours = {c.run.checkpoint.id for c in spec.cells() if c.variant == "clean"}
+    theirs = {c.run.checkpoint.id for c in table4.cells() if c.variant == "clean"}
+    assert ours <= theirs
+
+
+def test_english_embeddings_has_the_english_row_without_swapping_english_into_english():
+    quoted("monolingual-pretraining-benefits", "This modification is applied only to non-English pre-trained models.")
+    spec = study("english-embeddings")
+    english = "google-bert/bert-base-uncased"
+    by_model: dict[str, set[str]] = {}
+    for cell in spec.cells():
+        by_model.setdefault(cell.model, set()).add(cell.variant)
+    assert by_model[english] == {"base", "clean"}  # Table 5's EN column: base, NA, clean
+    assert all(variants == {"base", "english", "clean"} for m, variants in by_model.items() if m != english)
+    assert len(by_model) == 5
+    # under the tiny preset every model is the stand-in, and the swap still runs as a smoke test
+    tiny = study("english-embeddings", preset="tiny")
+    assert {c.variant for c in tiny.cells()} == {"base", "english", "clean"}
+
+
+# 3. Cross-lingual MLM: the last 1, 3, 6 and 12 layers, three runs, 10,000 evaluation sentences
+
+def test_crosslingual_trains_the_last_1_3_6_12_layers_over_three_runs():
+    quoted("crosslingual-finetuning-representations", "we train the last 1, 3, 6, 12 layers of BERT")
+    quoted("crosslingual-finetuning-representations",
+           "the second run fine-tunes only layers from 6 to 12, the third run fine-tunes only layers from 9 to 12, "
+           "the fourth run fine-tunes only layers from 11 to 12")
+    spec = study("crosslingual-mlm")
+    trained = {v.name: spec.regime_of(v).train_layers for v in spec.variants if spec.regime_of(v).name == "freeze"}
+    # half-open ranges of 12 layers: 0-12 is all 12, 6-12 the last 6, 9-12 the last 3, 11-12 the last 1
+    assert trained == {"all layers": "from:0", "last 6": "last:6", "last 3": "last:3", "last 1": "last:1"}
+    quoted("crosslingual-finetuning-representations", "measured across three different runs")
+    assert len(spec.seeds) == 3
+    quoted("crosslingual-finetuning-representations",
+           "our validation and test sets each have 10,000 sentences. The XNLI set used also has 10,000 sentences")
+    assert {c.run.dataset.eval_count for c in spec.cells()} == {10_000}
+    quoted("crosslingual-finetuning-representations", "batch size of 8, learning rate of 5×10^{-5}")
+    assert (spec.regime.batch_size, spec.regime.lr, spec.regime.epochs) == (8, 5e-5, 3)
+
+
+# 4. Layer-wise reinit: only SQuAD sampled, at batch size 1 (college report, Experiment 2)
+
+def test_layerwise_reinit_samples_only_squad_at_batch_size_1():
+    quoted("bert-goes-to-college", "SQuAD plot generated with 10% dataset sampling")
+    quoted("bert-goes-to-college", "batch size was 1 for SQuAD (due to limited CUDA memory). For GLUE tasks, "
+                                   "we used a batch size of 32")
+    spec = study("layerwise-reinit")
+    runs = {c.run.dataset.task: c.run for c in spec.cells()}
+    squad = runs.pop("squad2")
+    assert (squad.dataset.fraction, squad.regime.batch_size) == (0.1, 1)
+    assert (squad.dataset.max_length, squad.dataset.doc_stride) == (384, 128)
+    assert set(runs) == {"rte", "stsb", "cola", "mrpc"}
+    for run in runs.values():  # the GLUE tasks use all their training data, at batch size 32
+        assert (run.dataset.fraction, run.dataset.count, run.regime.batch_size) == (None, None, 32)
+        assert run.dataset.max_length == 128
+    quoted("bert-goes-to-college", "Our learning rate was $2 * 10^{-5}$")
+    assert spec.regime.lr == 2e-5
+
+
+def test_task_settings_leave_other_tasks_run_ids_alone():
+    plain = StudySpec.from_params("s", {"tasks": '["rte", "squad2"]', "seeds": "[1]"})[0]
+    tuned = StudySpec.from_params("s", {"tasks": '["rte", "squad2"]', "seeds": "[1]",
+                                        "task_settings": '{"squad2": {"fraction": 0.1, "batch_size": 1}}'})[0]
+    ids = {c.run.dataset.task: c.run.id for c in plain.cells()}
+    tuned_ids = {c.run.dataset.task: c.run.id for c in tuned.cells()}
+    assert tuned_ids["rte"] == ids["rte"] and tuned_ids["squad2"] != ids["squad2"]
+    assert plain.id != tuned.id
+    # a task's fraction replaces the study's count for that task only
+    sized = StudySpec.from_params("s", {"tasks": '["rte", "squad2"]', "count": "50",
+                                        "task_settings": '{"squad2": {"fraction": 0.1}}'})[0]
+    sizes = {c.run.dataset.task: (c.run.dataset.fraction, c.run.dataset.count) for c in sized.cells()}
+    assert sizes == {"rte": (None, 50), "squad2": (0.1, None)}
+
+
+@pytest.mark.parametrize("settings, message", [
+    ('{"sst2": {"fraction": 0.1}}', "task_settings names task 'sst2', which is not one of the study's tasks"),
+    ('{"rte": {"dropout": 0.1}}', "task_settings 'rte' has unknown setting 'dropout'"),
+    ('{"rte": {"fraction": 0.1, "count": 5}}', "task_settings 'rte': give a fraction or a count, not both"),
+    ('{"rte": {"batch_size": 0}}', "task_settings 'rte': batch_size must be >= 1"),
+    ('{"rte": {"fraction": 2}}', "fraction must be in (0.0, 1.0]"),
+    ('["rte"]', "parameter 'task_settings' must be a JSON object"),
+])
+def test_bad_task_settings_are_one_line_errors_naming_them(settings, message):
+    with pytest.raises(BadInput, match=re.escape(message)) as e:
+        StudySpec.from_params("s", {"tasks": '["rte"]', "task_settings": settings})
+    assert "\n" not in str(e.value)
+
+
+def test_a_preset_keeps_its_own_sizes_over_a_tasks():
+    spec, changes = StudySpec.from_params("layerwise-reinit", {**workflow_params("layerwise-reinit"),
+                                                               "preset": "tiny", "tasks": '["squad2"]'})
+    run = spec.cells()[0].run
+    assert (run.regime.batch_size, run.dataset.max_length, run.dataset.count) == (16, 32, 64)
+    assert run.dataset.doc_stride == 128  # not a preset setting: the task's own stands
+    assert any("task_settings 'squad2': batch_size, fraction, max_length dropped" in c for c in changes)
+
+
+# 5. Fine-tuning hyper-parameters: what the reports state, else their scripts' defaults
+
+def test_no_warmup_and_no_weight_decay_unless_a_report_says_so():
+    reports = [PAPERS / f"{p}.txt" for p in ("monolingual-pretraining-benefits", "bert-goes-to-college",
+                                             "crosslingual-finetuning-representations", "partial-reinitialization")]
+    for path in (p for p in reports if p.exists()):
+        text = path.read_text().lower()
+        assert "weight decay of" not in text and "warmup ratio" not in text and "warm-up ratio" not in text
+    assert (PARAMS["warmup_ratio"][1], PARAMS["weight_decay"][1]) == ("0", "0")
+    for path in sorted(WORKFLOWS.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if doc.get("spec", {}).get("workflowTemplateRef") is None:
+            continue
+        spec = study(path.stem)
+        assert (spec.regime.warmup_ratio, spec.regime.weight_decay) == (0.0, 0.0), path.stem
+
+
+@pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_workflow_header_says_where_each_setting_comes_from(path):
+    header = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
+    header = re.sub(r"\s+", " ", header).lower()
+    assert "from the report" in header and "assumed, because the report is silent" in header, path.stem
+
+
+# 6. Random interventions per run (monolingual report §7)
+
+REINIT = '[{"name": "clean", "interventions": [{"name": "reinit", "params": {"scope": "all"}}]}]'
+REVERSED = '[{"name": "reversed", "interventions": [{"name": "reverse-layers"}]}]'
+
+
+def checkpoints(variants: str, **params: str) -> dict[int, object]:
+    spec = StudySpec.from_params("s", {"preset": "tiny", "tasks": '["rte"]', "seeds": "[1, 2]",
+                                       "variants": variants, **params})[0]
+    return {c.run.seed: c.run.checkpoint for c in spec.cells()}
+
+
+def test_a_random_intervention_is_drawn_afresh_for_each_training_seed(tmp_path):
+    quoted("monolingual-pretraining-benefits", "performed three times with no fixed random seed")
+    from bertology.steps.build_checkpoint import make_checkpoint
+
+    by_seed = checkpoints(REINIT)
+    assert by_seed[1].id != by_seed[2].id and (by_seed[1].seed, by_seed[2].seed) == (1, 2)
+    weights = []
+    for seed, spec in by_seed.items():
+        make_checkpoint(spec, tmp_path / str(seed))
+        weights.append(_word_embeddings(tmp_path / str(seed)))
+    assert not torch.equal(*weights)
+
+
+def test_a_deterministic_chain_and_a_fixed_intervention_seed_share_one_checkpoint():
+    reversed_ = checkpoints(REVERSED)
+    assert reversed_[1] == reversed_[2] and reversed_[1].seed == 0
+    fixed = checkpoints(REINIT, intervention_seed="7")
+    assert fixed[1] == fixed[2] and fixed[1].seed == 7
+    assert checkpoints(REINIT, intervention_seed="run")[1].seed == 1
+    with pytest.raises(BadInput, match="parameter 'intervention_seed' must be run"):
+        checkpoints(REINIT, intervention_seed="-1")
+
+
+def test_the_pre_trained_weights_are_the_same_whatever_the_intervention_seed(tmp_path):
+    """Only the intervention's draw follows the seed: what it leaves alone is the pre-trained model."""
+    from bertology.steps.build_checkpoint import make_checkpoint
+
+    variants = '[{"name": "clean-emb", "interventions": [{"name": "reinit", "params": {"scope": "word-embeddings"}}]}]'
+    layers = []
+    for seed, spec in checkpoints(variants).items():
+        make_checkpoint(spec, tmp_path / str(seed))
+        layers.append(_tensor(tmp_path / str(seed), "encoder.layer.0.attention.self.query.weight"))
+    assert torch.equal(*layers)
+
+
+def _tensor(directory: Path, suffix: str) -> torch.Tensor:
+    from safetensors.torch import load_file
+
+    state = load_file(str(directory / "model.safetensors"))
+    return next(v for k, v in state.items() if k.endswith(suffix))
+
+
+def _word_embeddings(directory: Path) -> torch.Tensor:
+    return _tensor(directory, "word_embeddings.weight")
+
+
+def test_study_ids_keep_the_new_parameters_out_when_unused():
+    spec = StudySpec.from_params("s", {})[0]
+    d = spec.to_dict()
+    assert "task_settings" not in d and "not_applied" not in d and d["intervention_seed"] is None
+    json.dumps(d)
+
+
+@pytest.mark.skipif(not PAPERS.exists(), reason="the reports' text is not here")
+@pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_quote_in_a_workflow_header_is_in_a_report(path):
+    prose = [line for line in path.read_text().splitlines() if line.startswith("#") and not line.startswith("#  ")]
+    header = " ".join(line.lstrip("# ") for line in prose)  # the usage lines (indented) hold JSON, not quotes
+    reports = " ".join(re.sub(r"\s+", " ", p.read_text()) for p in PAPERS.glob("*.txt"))
+    for quote in re.findall(r'"([^"]+)"', re.sub(r"\s+", " ", header)):
+        assert quote in reports, f"{path.stem}: {quote!r} is not in any report"
+
+
+def test_plan_refuses_bad_task_settings_in_one_line_before_any_work(tmp_path):
+    from types import SimpleNamespace
+
+    from bertology.steps import plan
+
+    params = [f"{k}={v}" for k, v in {**workflow_params("layerwise-reinit"), "preset": "tiny"}.items()]
+    args = SimpleNamespace(study="layerwise-reinit", outputs=str(tmp_path / "out"),
+                           param=[*params, 'task_settings={"squad": {"fraction": 0.1}}'])
+    with pytest.raises(BadInput, match="task_settings names task 'squad', which is not one of the study's tasks"):
+        plan.run(None, args)
+    args.param = [*params, 'task_settings={"squad2": {"stride": 128}}']
+    with pytest.raises(BadInput, match="task_settings 'squad2' has unknown setting 'stride'"):
+        plan.run(None, args)
+    assert not (tmp_path / "out").exists()
