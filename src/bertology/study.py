@@ -82,9 +82,11 @@ PARAMS: dict[str, tuple[str, str]] = {
     "checkpoint_every": ("int", "1000"),
     "compile": ("bool", "false"),
     "bundle": ("int", "1"),  # cells per pod: one pod fine-tunes, evaluates and analyses N runs in turn
+    # steps per point of the training-loss series (the college report's Figures 1 and 4); 0: none
+    "log_every": ("int", "50"),
 }
 REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
-                 "eval_every", "reference", "checkpoint_every", "compile")
+                 "eval_every", "reference", "checkpoint_every", "log_every", "compile")
 
 Size = tuple["float | None", "int | None"]  # (fraction, count); (None, None) is all the training data
 

@@ -22,6 +22,7 @@ FACTORS = ("model", "variant", "task", "intermediate", "fraction", "count")
 ROWS = ("model", "task", "intermediate", "fraction", "count", "split", "metric")
 HEAD_AXES = ("layer", "head")
 PERPLEXITY = "perplexity"
+EVAL, TRAIN = "eval", "train"  # the curves table's kinds of row: evaluation points, training-loss series
 
 
 def primary_summary(runs: pl.LazyFrame | pl.DataFrame, baseline: str | None) -> pl.DataFrame:
@@ -124,9 +125,22 @@ def sequential_matrix(runs: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
 def forgetting_curve(curves: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     """Cross-lingual report, Figure 2 and Table 1: masked-LM perplexity on every eval split (the target
     language and the multilingual XNLI sentences) at every evaluation step, mean, sd and n over seeds."""
-    curves = curves.lazy()
+    curves = _evaluation_points(curves.lazy())
     return (curves.filter(pl.col("metric") == PERPLEXITY)
             .group_by(*_present(curves, FACTORS), "split", "step", maintain_order=True).agg(*_over_seeds("value"))
+            .sort("step", maintain_order=True).collect())
+
+
+def training_loss_curve(curves: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+    """College report, Figures 1 and 4 ("Loss as a function of number of iterations"): the training-loss
+    series (curves rows of kind "train", one point every `log_every` steps) per group and step, mean, sd
+    and n over seeds, with the mean learning rate; empty when no run recorded one."""
+    curves = curves.lazy()
+    if "kind" not in curves.collect_schema().names():
+        return pl.DataFrame()
+    return (curves.filter(pl.col("kind") == TRAIN)
+            .group_by(*_present(curves, FACTORS), "step", maintain_order=True)
+            .agg(*_over_seeds("value"), pl.col("lr").mean())
             .sort("step", maintain_order=True).collect())
 
 
@@ -197,6 +211,13 @@ def vocabulary_table(vocab: pl.DataFrame) -> pl.DataFrame:
     columns = ("model", "reference", "case", "vocab_size", "english_like", "english_like_share", "overlap",
                "overlap_share", "corpus", "windows", "english_window_share")
     return vocab.select(_present(vocab, columns)).unique(maintain_order=True)
+
+
+def _evaluation_points(curves: pl.LazyFrame) -> pl.LazyFrame:
+    """The curves rows of evaluation points (kind "eval", or null: rows written before `kind` existed)."""
+    if "kind" not in curves.collect_schema().names():
+        return curves
+    return curves.filter(pl.col("kind").fill_null(EVAL) == EVAL)
 
 
 def _determines(grid: pl.DataFrame, a: str, b: str) -> bool:

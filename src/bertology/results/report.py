@@ -8,6 +8,7 @@ The layout follows from what the study varies, never from its name:
   their summary per layer, per head and over all heads;
 - any other level axis (e.g. K, the layers re-initialised): the primary metric along it per data size;
 - intermediate tasks: the sequential matrix (intermediate × final task);
+- a training-loss series (`log_every`): the loss against the training step, one line per variant;
 - perplexity curves (a masked-LM task): the forgetting curve, and the best-point perplexity per eval split;
 - activation distances: their curves per layer; weight distances with more than one data size: the
   distance per layer and size; a model profile: parameters and inference speed; vocabulary analyses of the
@@ -33,6 +34,8 @@ from bertology.results.study_results import StudyResults
 
 MAX_VARIANT_COLUMNS = 12
 FORGETTING_STEPS = 6  # evaluation steps the forgetting table prints (the plot and its Parquet keep all)
+LOSS_STEPS = 6  # training steps the training-loss table prints (the plot and its Parquet keep all)
+LOSS_LINES = 12  # variants the training-loss plot draws (the table and its Parquet keep all)
 DESCRIBE = ("n", "mean", "std", "min", "25%", "50%", "75%", "max")
 SIZE = {"fraction": pl.Float64, "count": pl.Int64}  # the training-data size labels
 CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:80em;padding:0 1em;color:#222}
@@ -70,7 +73,7 @@ def build_report(results: StudyResults, *, best_of_runs: bool = False) -> Report
         summary = analysis.primary_summary(results.tables["runs"], results.baseline)
         tables["main"] = summary
         parts = [_main, *([_best_of_runs] if best_of_runs else []), _heads, _level_curves, _sequential,
-                 _perplexity, _activations, _weights, _profile, *parts]
+                 _training_loss, _perplexity, _activations, _weights, _profile, *parts]
     levels = analysis.variant_levels(results.spec["variants"])
     sections = []
     for part in parts:
@@ -240,6 +243,35 @@ def _sequential(results, summary, levels):
             "primary metric, mean ± sd over seeds (the college report's Figure 2). The heat map shades each "
             "column from its lowest to its highest value.")
     return [Section("Sequential fine-tuning", note, tuple(tables), tuple(figures))], {"sequential_matrix": matrix}
+
+
+def _training_loss(results, summary, levels):
+    """The college report's Figures 1 and 4: training loss against iterations, a panel per task."""
+    curves = results.tables.get("curves")
+    loss = analysis.training_loss_curve(curves) if curves is not None else pl.DataFrame()
+    if loss.is_empty():
+        return [], {}
+    lines = _sized(loss)
+    panel_keys = _shown(lines, ["model", "task", "intermediate", "fraction", "count"], always=("task",))
+    lines = lines.with_columns(_label(panel_keys).alias("_panel"))
+    variants = [v for v in results.variants if v in set(lines["variant"])]
+    drawn = variants[:LOSS_LINES]
+    figure = plots.line_panels(lines.filter(pl.col("variant").is_in(drawn)), panel="_panel", series="variant",
+                               x="step", name="training-loss", xlabel="training step (iteration)",
+                               ylabel="training loss", legend="variant")
+    steps = loss["step"].unique().sort()
+    picked = steps.gather(np.unique(np.linspace(0, len(steps) - 1, LOSS_STEPS).round().astype(int)))
+    shown = (lines.filter(pl.col("step").is_in(picked.implode()))
+             .with_columns(_text(lambda m, s: f"{m:.3f} (± {'—' if s is None else f'{s:.3f}'})", "mean", "sd"),
+                           pl.format("step {}", "step").alias("_step"))
+             .pivot(on="_step", on_columns=[f"step {s}" for s in picked], index=["_panel", "variant"], values="cell")
+             .rename({"_panel": " · ".join(panel_keys)}).fill_null("—"))
+    note = ("Training loss averaged over each `log_every` steps, against the training step, mean (± sd) over seeds, "
+            "one line per variant (the college report's Figures 1 and 4: loss against iterations); the table gives a "
+            "few of the steps, tables/training_loss.parquet all of them."
+            + (f" The plot draws the first {LOSS_LINES} of {len(variants)} variants." if len(variants) > LOSS_LINES
+               else ""))
+    return [Section("Training loss", note, (("", shown),), (figure,))], {"training_loss": loss}
 
 
 def _perplexity(results, summary, levels):
