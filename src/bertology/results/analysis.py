@@ -33,6 +33,20 @@ def primary_summary(runs: pl.LazyFrame | pl.DataFrame, baseline: str | None) -> 
     return stats.summarize(runs.filter(pl.col("primary")), by=_present(runs, ROWS), baseline=baseline)
 
 
+def beside_study_model(runs: pl.LazyFrame | pl.DataFrame, own_models: dict[str, str],
+                       models: list[str]) -> pl.LazyFrame:
+    """Runs of variants with a model of their own (layer-removal's DistilBERT) labelled with the study's
+    model when the study has one, so that they sit in its rows beside the other variants and get a
+    difference from the baseline paired on training seeds (the same seeds give both runs the same data
+    order and subset); the real model stays in `own_model`. Unchanged for a study of several models."""
+    runs = runs.lazy()
+    if len(models) != 1 or not own_models:
+        return runs
+    own = pl.col("variant").is_in(list(own_models))
+    return runs.with_columns(pl.when(own).then(pl.col("model")).otherwise(None).alias("own_model"),
+                             pl.when(own).then(pl.lit(models[0])).otherwise(pl.col("model")).alias("model"))
+
+
 def best_of_runs(runs: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     """The monolingual report's "best epoch of the best run": per (row, variant) the best primary value
     over seeds and the seed that got it (bertology.results.stats.best_of_runs)."""
@@ -109,14 +123,20 @@ def level_curves(runs: pl.LazyFrame | pl.DataFrame, levels: pl.DataFrame, axis: 
             .sort(axis, maintain_order=True).collect())
 
 
-def sequential_matrix(runs: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
-    """College report, Figure 2: the final task's primary metric after fine-tuning on an intermediate task
-    first (`intermediate`; "none" = fine-tuned directly), mean, sd and n over seeds; for each model, variant
-    and data size that has sequential runs."""
+def sequential_matrix(runs: pl.LazyFrame | pl.DataFrame, metrics: dict[str, str] | None = None) -> pl.DataFrame:
+    """College report, Figure 2: the final task's primary metric (or, for a task in `metrics`, that metric:
+    the report shows MRPC by accuracy) after fine-tuning on an intermediate task first (`intermediate`;
+    "none" = fine-tuned directly), mean, sd and n over seeds; for each model, variant and data size that
+    has sequential runs."""
     runs = runs.lazy()
     keys = _present(runs, ("model", "variant", "fraction", "count"))
     sequential = pl.col("intermediate").is_not_null().any()
-    return (runs.filter(pl.col("primary") & (sequential.over(keys) if keys else sequential))
+    shown = pl.col("primary")
+    if metrics:
+        shown = (pl.when(pl.col("task").is_in(list(metrics)))
+                 .then(pl.col("metric") == pl.col("task").replace_strict(metrics, default=None))
+                 .otherwise(pl.col("primary")))
+    return (runs.filter(shown & (sequential.over(keys) if keys else sequential))
             .with_columns(pl.col("intermediate").fill_null("none"))
             .group_by(*keys, "intermediate", "task", "split", "metric", maintain_order=True)
             .agg(*_over_seeds("value")).collect())
