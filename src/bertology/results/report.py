@@ -399,7 +399,7 @@ def _profile(results, summary, levels):
     keys = _shown(profile, ["model", "device", "batch_size", "seq_len", "variant"], always=("variant",))
     cost = ([_text(lambda x: "—" if x is None else f"{x:.2f}", "intervention_cpu_seconds", name="cost to make (CPU s)")]
             if "intervention_cpu_seconds" in profile.columns else [])
-    shown = profile.select(
+    shown = _relabelled(profile, variant_labels(results.spec["variants"])).select(
         *keys, (pl.col("n_params") / 1e6).round(1).alias("parameters (M)"), pl.col("encoder_layers").alias("layers"),
         *cost, _text(lambda m, s, n: f"{m:,.1f} ± {'—' if s is None else f'{s:,.1f}'} (n={n})", "mean", "sd", "n",
                      name="examples/s"),
