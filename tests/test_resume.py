@@ -203,10 +203,12 @@ def test_execution_settings_are_not_part_of_a_run_id_and_old_ids_still_hold():
     from bertology.spec import content_id
 
     base = RunSpec(RUN.checkpoint, RUN.dataset, Regime(lr=1e-3), seed=5)
-    # The id as computed before checkpoint_every, compile and the regime schedule existed.
+    # The id as computed before the execution settings (checkpoint_every, log_every, compile) and the regime
+    # schedule existed.
+    assert set(Regime.EXECUTION) == {"checkpoint_every", "log_every", "compile"}
     old_payload = {**base.to_dict(), "regime": {f.name: getattr(base.regime, f.name)
                                                 for f in dataclasses.fields(Regime)
-                                                if f.name not in ("checkpoint_every", "compile", *Regime.SCHEDULE)}}
+                                                if f.name not in (*Regime.EXECUTION, *Regime.SCHEDULE)}}
     assert base.id == content_id("run", old_payload)
     assert "checkpoint_every" not in base.to_dict()["regime"] and "compile" not in base.to_dict()["regime"]
     tuned = RunSpec(RUN.checkpoint, RUN.dataset, Regime(lr=1e-3, checkpoint_every=50, compile=True), seed=5)

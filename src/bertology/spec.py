@@ -205,6 +205,7 @@ class Regime:
     eval_batch_size: int = 128
     eval_every: int = 0  # steps between evaluations besides each epoch's end (the forgetting curve: 50)
     checkpoint_every: int = 1000  # steps between resume states; 0: none
+    log_every: int = 50  # steps per point of the training-loss series (curves, kind "train"); 0: none
     compile: bool = False  # torch.compile the model (dynamic shapes)
     train_layers: str | tuple[int, ...] | None = None  # freeze: from:K, last:K or a list
     train_embeddings: bool = False  # freeze: also train the embeddings
@@ -220,7 +221,7 @@ class Regime:
                                           "eval_every": 0, "reference": None}
     # How a run executes, not what it computes (like the device): never part of a run id, and left out of
     # to_dict at their defaults, so every id made before they existed still holds.
-    EXECUTION: ClassVar[dict[str, Any]] = {"checkpoint_every": 1000, "compile": False}
+    EXECUTION: ClassVar[dict[str, Any]] = {"checkpoint_every": 1000, "log_every": 50, "compile": False}
 
     @classmethod
     def from_dict(cls, d: Any) -> Regime:
@@ -239,6 +240,7 @@ class Regime:
             eval_batch_size=as_int(d.get("eval_batch_size", 128), "eval_batch_size", 1),
             eval_every=as_int(d.get("eval_every", 0), "eval_every", 0),
             checkpoint_every=as_int(d.get("checkpoint_every", 1000), "checkpoint_every", 0),
+            log_every=as_int(d.get("log_every", 50), "log_every", 0),
             compile=as_bool(d.get("compile", False), "compile"),
             train_layers=_layers(d.get("train_layers")),
             train_embeddings=as_bool(d.get("train_embeddings", False), "train_embeddings"),

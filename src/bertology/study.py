@@ -90,9 +90,11 @@ PARAMS: dict[str, tuple[str, str]] = {
     # cells per pod: one pod fine-tunes, evaluates and analyses N runs in turn; empty = the smallest N that
     # keeps the Workflow inside Argo's budget (bertology.steps.budget)
     "bundle": ("optional-int", ""),
+    # steps per point of the training-loss series (the college report's Figures 1 and 4); 0: none
+    "log_every": ("int", "50"),
 }
 REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
-                 "eval_every", "reference", "checkpoint_every", "compile")
+                 "eval_every", "reference", "checkpoint_every", "log_every", "compile")
 
 # The settings task_settings may override per task, and which spec each lands in.
 TASK_DATASET_KEYS = ("fraction", "count", "max_length", "doc_stride", "eval_count")

@@ -22,6 +22,7 @@ FACTORS = ("model", "variant", "task", "intermediate", "fraction", "count")
 ROWS = ("model", "task", "intermediate", "fraction", "count", "split", "metric")
 HEAD_AXES = ("layer", "head")
 PERPLEXITY = "perplexity"
+EVAL, TRAIN = "eval", "train"  # the curves table's kinds of row: evaluation points, training-loss series
 
 
 def primary_summary(runs: pl.LazyFrame | pl.DataFrame, baseline: str | None) -> pl.DataFrame:
@@ -30,6 +31,20 @@ def primary_summary(runs: pl.LazyFrame | pl.DataFrame, baseline: str | None) -> 
     the difference and the paired t-test's p-value (bertology.results.stats.summarize)."""
     runs = runs.lazy()
     return stats.summarize(runs.filter(pl.col("primary")), by=_present(runs, ROWS), baseline=baseline)
+
+
+def beside_study_model(runs: pl.LazyFrame | pl.DataFrame, own_models: dict[str, str],
+                       models: list[str]) -> pl.LazyFrame:
+    """Runs of variants with a model of their own (layer-removal's DistilBERT) labelled with the study's
+    model when the study has one, so that they sit in its rows beside the other variants and get a
+    difference from the baseline paired on training seeds (the same seeds give both runs the same data
+    order and subset); the real model stays in `own_model`. Unchanged for a study of several models."""
+    runs = runs.lazy()
+    if len(models) != 1 or not own_models:
+        return runs
+    own = pl.col("variant").is_in(list(own_models))
+    return runs.with_columns(pl.when(own).then(pl.col("model")).otherwise(None).alias("own_model"),
+                             pl.when(own).then(pl.lit(models[0])).otherwise(pl.col("model")).alias("model"))
 
 
 def best_of_runs(runs: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
@@ -108,14 +123,20 @@ def level_curves(runs: pl.LazyFrame | pl.DataFrame, levels: pl.DataFrame, axis: 
             .sort(axis, maintain_order=True).collect())
 
 
-def sequential_matrix(runs: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
-    """College report, Figure 2: the final task's primary metric after fine-tuning on an intermediate task
-    first (`intermediate`; "none" = fine-tuned directly), mean, sd and n over seeds; for each model, variant
-    and data size that has sequential runs."""
+def sequential_matrix(runs: pl.LazyFrame | pl.DataFrame, metrics: dict[str, str] | None = None) -> pl.DataFrame:
+    """College report, Figure 2: the final task's primary metric (or, for a task in `metrics`, that metric:
+    the report shows MRPC by accuracy) after fine-tuning on an intermediate task first (`intermediate`;
+    "none" = fine-tuned directly), mean, sd and n over seeds; for each model, variant and data size that
+    has sequential runs."""
     runs = runs.lazy()
     keys = _present(runs, ("model", "variant", "fraction", "count"))
     sequential = pl.col("intermediate").is_not_null().any()
-    return (runs.filter(pl.col("primary") & (sequential.over(keys) if keys else sequential))
+    shown = pl.col("primary")
+    if metrics:
+        shown = (pl.when(pl.col("task").is_in(list(metrics)))
+                 .then(pl.col("metric") == pl.col("task").replace_strict(metrics, default=None))
+                 .otherwise(pl.col("primary")))
+    return (runs.filter(shown & (sequential.over(keys) if keys else sequential))
             .with_columns(pl.col("intermediate").fill_null("none"))
             .group_by(*keys, "intermediate", "task", "split", "metric", maintain_order=True)
             .agg(*_over_seeds("value")).collect())
@@ -124,9 +145,22 @@ def sequential_matrix(runs: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
 def forgetting_curve(curves: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     """Cross-lingual report, Figure 2 and Table 1: masked-LM perplexity on every eval split (the target
     language and the multilingual XNLI sentences) at every evaluation step, mean, sd and n over seeds."""
-    curves = curves.lazy()
+    curves = _evaluation_points(curves.lazy())
     return (curves.filter(pl.col("metric") == PERPLEXITY)
             .group_by(*_present(curves, FACTORS), "split", "step", maintain_order=True).agg(*_over_seeds("value"))
+            .sort("step", maintain_order=True).collect())
+
+
+def training_loss_curve(curves: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+    """College report, Figures 1 and 4 ("Loss as a function of number of iterations"): the training-loss
+    series (curves rows of kind "train", one point every `log_every` steps) per group and step, mean, sd
+    and n over seeds, with the mean learning rate; empty when no run recorded one."""
+    curves = curves.lazy()
+    if "kind" not in curves.collect_schema().names():
+        return pl.DataFrame()
+    return (curves.filter(pl.col("kind") == TRAIN)
+            .group_by(*_present(curves, FACTORS), "step", maintain_order=True)
+            .agg(*_over_seeds("value"), pl.col("lr").mean())
             .sort("step", maintain_order=True).collect())
 
 
@@ -197,6 +231,13 @@ def vocabulary_table(vocab: pl.DataFrame) -> pl.DataFrame:
     columns = ("model", "reference", "case", "vocab_size", "english_like", "english_like_share", "overlap",
                "overlap_share", "corpus", "windows", "english_window_share")
     return vocab.select(_present(vocab, columns)).unique(maintain_order=True)
+
+
+def _evaluation_points(curves: pl.LazyFrame) -> pl.LazyFrame:
+    """The curves rows of evaluation points (kind "eval", or null: rows written before `kind` existed)."""
+    if "kind" not in curves.collect_schema().names():
+        return curves
+    return curves.filter(pl.col("kind").fill_null(EVAL) == EVAL)
 
 
 def _determines(grid: pl.DataFrame, a: str, b: str) -> bool:

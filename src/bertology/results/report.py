@@ -8,10 +8,16 @@ The layout follows from what the study varies, never from its name:
   their summary per layer, per head and over all heads;
 - any other level axis (e.g. K, the layers re-initialised): the primary metric along it per data size;
 - intermediate tasks: the sequential matrix (intermediate × final task);
+- a training-loss series (`log_every`): the loss against the training step, one line per variant;
 - perplexity curves (a masked-LM task): the forgetting curve, and the best-point perplexity per eval split;
 - activation distances: their curves per layer; weight distances with more than one data size: the
   distance per layer and size; a model profile: parameters and inference speed; vocabulary analyses of the
   study's models: the vocabulary table; on request, the best run of each group.
+
+What follows from the paper a study reproduces (bertology.results.conventions): the best run of each group
+for the monolingual report's studies, MRPC by accuracy in the college report's sequential matrix. As the
+papers do, layers and heads are numbered from 1 in every rendered label (`L1H1`, "layer 1"; embeddings and
+pooler by name); the weight names and every stored table keep the 0-based indices.
 
 `build_report` computes the analysis tables (bertology.results.analysis, written as Parquet beside the
 report) and the sections; `markdown` and `html` render the same sections. The HTML page is self-contained:
@@ -27,12 +33,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
-from bertology.results import analysis, paper_comparison, plots
+from bertology.results import analysis, conventions, paper_comparison, plots
 from bertology.results.analysis import HEAD_AXES, ROWS
 from bertology.results.study_results import StudyResults
 
 MAX_VARIANT_COLUMNS = 12
 FORGETTING_STEPS = 6  # evaluation steps the forgetting table prints (the plot and its Parquet keep all)
+LOSS_STEPS = 6  # training steps the training-loss table prints (the plot and its Parquet keep all)
+LOSS_LINES = 12  # variants the training-loss plot draws (the table and its Parquet keep all)
 DESCRIBE = ("n", "mean", "std", "min", "25%", "50%", "75%", "max")
 SIZE = {"fraction": pl.Float64, "count": pl.Int64}  # the training-data size labels
 CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:80em;padding:0 1em;color:#222}
@@ -64,13 +72,17 @@ def build_report(results: StudyResults, *, best_of_runs: bool = False) -> Report
     # the tables several sections read, read once (one row per run and metric or module: small)
     results = replace(results, tables={**results.tables, **{t: results.tables[t].collect().lazy() for t in (
         "runs", "weight_distance") if t in results.tables}})
+    if "runs" in results.tables:  # a variant with its own model (DistilBERT) in the study model's rows
+        results.tables["runs"] = analysis.beside_study_model(results.tables["runs"], _own_models(results),
+                                                             results.spec.get("models", []))
+    best_of_runs = best_of_runs or conventions.of_study(results.name).best_of_runs
     parts: list[Callable] = [_vocabulary, _missing, _preset]
     summary, tables = None, {}
     if "runs" in results.tables:  # a plan without runs (the vocab-overlap study) has only its vocabulary
         summary = analysis.primary_summary(results.tables["runs"], results.baseline)
         tables["main"] = summary
         parts = [_main, *([_best_of_runs] if best_of_runs else []), _heads, _level_curves, _sequential,
-                 _perplexity, _activations, _weights, _profile, *parts]
+                 _training_loss, _perplexity, _activations, _weights, _profile, *parts]
     parts.append(_paper)
     levels = analysis.variant_levels(results.spec["variants"])
     sections = []
@@ -118,8 +130,15 @@ def long_table(summary: pl.DataFrame, expected_n: int) -> pl.DataFrame:
 
 
 def _main(results, summary, levels):
-    variants, baseline, seeds = results.variants, results.baseline, len(results.spec["seeds"])
+    labels = variant_labels(results.spec["variants"])
+    variants, baseline, seeds = [labels[v] for v in results.variants], results.baseline, len(results.spec["seeds"])
+    summary = _relabelled(summary, labels)
+    baseline = labels.get(baseline, baseline)
     note = "Each cell: mean ± sample sd of the primary metric over training seeds (n runs)."
+    own = _own_models(results)
+    if own and len(results.spec.get("models", [])) == 1:
+        note += (" " + ", ".join(f"`{labels[v]}` is {m}" for v, m in own.items()) + " (a model of its own), shown "
+                 "in the study model's rows; its difference from the baseline is paired on training seeds.")
     versus = (f"difference from `{baseline}` (mean over seeds) and the paired t-test's p-value over the seeds "
               "both ran (none with fewer than two)")
     if len(variants) > MAX_VARIANT_COLUMNS:
@@ -134,10 +153,12 @@ def _main(results, summary, levels):
 
 def _best_of_runs(results, summary, levels):
     best = analysis.best_of_runs(results.tables["runs"])
-    cells = best.with_columns(_text(lambda b, s: f"{b:.3f} (seed {s})", "best", "best_seed"))
-    note = ("The monolingual report's \"best epoch of the best run\": each group's best value over seeds "
-            "(lowest for perplexity and loss), already the best epoch of its run.")
-    return [Section("Best run", note, (("", _wide(cells, results.variants)),))], {"best_of_runs": best}
+    labels = variant_labels(results.spec["variants"])
+    cells = _relabelled(best, labels).with_columns(_text(lambda b, s: f"{b:.3f} (seed {s})", "best", "best_seed"))
+    note = ("The monolingual report's \"best epoch of the best run\" (§7), beside the mean ± sd above: each "
+            "group's best value over seeds (lowest for perplexity and loss), already the best epoch of its run.")
+    return ([Section("Best run", note, (("", _wide(cells, [labels[v] for v in results.variants])),))],
+            {"best_of_runs": best})
 
 
 # -- sections for what a study varies ---------------------------------------------------------------------
@@ -156,21 +177,24 @@ def _heads(results, summary, levels):
         layers, heads = sorted(group["layer"].unique()), sorted(group["head"].unique())
         wide = group.pivot(on="head", on_columns=heads, index="layer", values="delta").sort("layer")
         matrix = wide.drop("layer").to_numpy().astype(float)
-        shown = pl.DataFrame({"layer": layers}).with_columns(
-            pl.Series(f"head {h}", [_signed(v) for v in matrix[:, j]]) for j, h in enumerate(heads))
+        shown = pl.DataFrame({"layer": [one_based(v) for v in layers]}).with_columns(
+            pl.Series(f"head {one_based(h)}", [_signed(v) for v in matrix[:, j]]) for j, h in enumerate(heads))
         baseline = group["baseline_mean"].drop_nulls()
         caption = title + (f" (baseline {baseline[0]:.3f})" if len(baseline) else "")
         tables.append((caption, shown))
-        figures.append(plots.heat_map(matrix, layers, heads, name=f"heads-{i}", title=caption, xlabel="head",
-                                      ylabel="layer", fmt="+.3f", centre=True))
+        figures.append(plots.heat_map(matrix, [one_based(v) for v in layers], [one_based(h) for h in heads],
+                                      name=f"heads-{i}", title=caption, xlabel="head", ylabel="layer", fmt="+.3f",
+                                      centre=True))
     note = ("Each head variant's mean primary metric minus the baseline's, per task (the college report's "
-            "Figures 5–6): green above the baseline, red below.")
+            "Figures 5–6): green above the baseline, red below. Layers and heads numbered from 1, as the report "
+            "does (L1H1: the weights' layer 0, head 0).")
     described = analysis.head_delta_summary(deltas)
-    shown = _sized(described).select(*_shown(_sized(described), keys), "over", "index", "n", *(
+    shown = _sized(described).with_columns(pl.col("index") + 1)
+    shown = shown.select(*_shown(shown, keys), "over", "index", "n", *(
         _text(lambda x: "—" if x is None else f"{x:.4f}", c, name=c) if c == "std" else _text(_signed, c, name=c)
         for c in DESCRIBE[1:]))
-    summary_note = ("The head deltas described per layer, per head index and over all heads (n, mean, sd, min, "
-                    "quartiles, max: the college report's Figures 7–10).")
+    summary_note = ("The head deltas described per layer, per head index (both from 1) and over all heads (n, mean, "
+                    "sd, min, quartiles, max: the college report's Figures 7–10).")
     return ([Section("Attention heads: difference from the baseline", note, tuple(tables), tuple(figures)),
              Section("Attention heads: summary by layer and by head", summary_note, (("", shown),))],
             {"head_deltas": deltas, "head_delta_summary": described})
@@ -216,7 +240,8 @@ def _sequential(results, summary, levels):
     if not results.spec["intermediates"] and not runs.select(
             pl.col("intermediate").is_not_null().any()).collect().item():
         return [], {}
-    matrix = analysis.sequential_matrix(runs)
+    metrics = conventions.of_study(results.name).sequential_metrics
+    matrix = analysis.sequential_matrix(runs, metrics)
     order = ["none", *results.spec["intermediates"]]
     matrix = matrix.sort(pl.col("intermediate").replace_strict(order, range(len(order)), default=len(order)),
                          maintain_order=True)
@@ -239,8 +264,42 @@ def _sequential(results, summary, levels):
                                       ylabel="intermediate task", fmt=".3f", centre=False))
     note = ("Rows: the task fine-tuned on first (\"none\": fine-tuned directly); columns: the final task, its "
             "primary metric, mean ± sd over seeds (the college report's Figure 2). The heat map shades each "
-            "column from its lowest to its highest value.")
+            "column from its lowest to its highest value."
+            + "".join(f" {task.upper()}: {metric}, as the report's Figure 2 shows." for task, metric in metrics.items()
+                      if task in set(matrix["task"])))
     return [Section("Sequential fine-tuning", note, tuple(tables), tuple(figures))], {"sequential_matrix": matrix}
+
+
+def _training_loss(results, summary, levels):
+    """The college report's Figures 1 and 4: training loss against iterations, a panel per task."""
+    curves = results.tables.get("curves")
+    if curves is not None:
+        curves = analysis.beside_study_model(curves, _own_models(results), results.spec.get("models", []))
+    loss = analysis.training_loss_curve(curves) if curves is not None else pl.DataFrame()
+    if loss.is_empty():
+        return [], {}
+    labels = variant_labels(results.spec["variants"])
+    lines = _relabelled(_sized(loss), labels)
+    panel_keys = _shown(lines, ["model", "task", "intermediate", "fraction", "count"], always=("task",))
+    lines = lines.with_columns(_label(panel_keys).alias("_panel"))
+    variants = [labels[v] for v in results.variants if labels[v] in set(lines["variant"])]
+    drawn = variants[:LOSS_LINES]
+    figure = plots.line_panels(lines.filter(pl.col("variant").is_in(drawn)), panel="_panel", series="variant",
+                               x="step", name="training-loss", xlabel="training step (iteration)",
+                               ylabel="training loss", legend="variant")
+    steps = loss["step"].unique().sort()
+    picked = steps.gather(np.unique(np.linspace(0, len(steps) - 1, LOSS_STEPS).round().astype(int)))
+    shown = (lines.filter(pl.col("step").is_in(picked.implode()))
+             .with_columns(_text(lambda m, s: f"{m:.3f} (± {'—' if s is None else f'{s:.3f}'})", "mean", "sd"),
+                           pl.format("step {}", "step").alias("_step"))
+             .pivot(on="_step", on_columns=[f"step {s}" for s in picked], index=["_panel", "variant"], values="cell")
+             .rename({"_panel": " · ".join(panel_keys)}).fill_null("—"))
+    note = ("Training loss averaged over each `log_every` steps, against the training step, mean (± sd) over seeds, "
+            "one line per variant (the college report's Figures 1 and 4: loss against iterations); the table gives a "
+            "few of the steps, tables/training_loss.parquet all of them."
+            + (f" The plot draws the first {LOSS_LINES} of {len(variants)} variants." if len(variants) > LOSS_LINES
+               else ""))
+    return [Section("Training loss", note, (("", shown),), (figure,))], {"training_loss": loss}
 
 
 def _perplexity(results, summary, levels):
@@ -291,15 +350,18 @@ def _activations(results, summary, levels):
     lines = _sized(curves)
     panel_keys = _shown(lines, ["model", "variant", "task", "intermediate", "fraction", "count", "reference"],
                         always=("variant",))
-    lines = lines.with_columns(_label(panel_keys).alias("_panel"), pl.format("layer {}", "layer").alias("_layer"))
+    lines = lines.with_columns(_label(panel_keys).alias("_panel"),
+                               pl.when(pl.col("layer") == 0).then(pl.lit("embeddings"))
+                               .otherwise(pl.format("layer {}", "layer")).alias("_layer"))
     figure = plots.line_panels(lines, panel="_panel", series="_layer", x="step", name="activations",
                                xlabel="training step", ylabel="mean L2 distance", legend="hidden states")
     panels = lines["_panel"].unique(maintain_order=True).to_list()
     last = lines.filter(pl.col("step") == pl.col("step").max().over("_panel"))
     shown = (last.with_columns(_text(mean_sd_n, "mean", "sd", "n"))
-             .pivot(on="_panel", on_columns=panels, index="layer", values="cell").fill_null("—"))
+             .pivot(on="_panel", on_columns=panels, index="_layer", values="cell").rename({"_layer": "layer"})
+             .fill_null("—"))
     note = ("Mean L2 distance between the fine-tuned model's hidden states and the native reference model's on a "
-            "fixed batch, per layer (0 = embeddings) during fine-tuning, mean ± sd over seeds; the table gives "
+            "fixed batch, per layer (the embeddings' output, then layers 1 to L) during fine-tuning, mean ± sd over seeds; the table gives "
             "the last evaluation step (the cross-lingual report's Figures 1, 3 and A.1–A.4).")
     return ([Section("Hidden-state distance to the native model", note, (("", shown),), (figure,))],
             {"activation_distance": curves})
@@ -317,14 +379,16 @@ def _weights(results, summary, levels):
     lines = _sized(per_layer)
     panel_keys = _shown(lines, ["model", "variant", "task", "intermediate"], always=("task",))
     lines = lines.with_columns(_label(panel_keys).alias("_panel"))
+    names = weight_layer_names(per_module)
     figure = plots.line_panels(lines, panel="_panel", series="data", x="layer", name="weights",
-                               xlabel="layer (-1 = embeddings, last = pooler)", ylabel="L2 distance",
-                               legend="training data")
+                               xlabel="layer", ylabel="L2 distance", legend="training data",
+                               xticks={v: names[v] for v in sorted(names)})
     sizes_seen = lines["data"].unique(maintain_order=True).to_list()
     shown = (lines.with_columns(_text(mean_sd_n, "mean", "sd", "n"))
-             .pivot(on="data", on_columns=sizes_seen, index=[*panel_keys, "layer"], values="cell").fill_null("—"))
-    note = ("L2 distance between the built and the fine-tuned weights per layer, by training-data size, mean ± sd "
-            "over seeds (the partial-reinit report's Figure 3); per module in tables/weight_distance.parquet.")
+             .pivot(on="data", on_columns=sizes_seen, index=[*panel_keys, "layer"], values="cell")
+             .with_columns(pl.col("layer").replace_strict(names, return_dtype=pl.String)).fill_null("—"))
+    note = ("L2 distance between the built and the fine-tuned weights per layer (embeddings, layers 1 to L, "
+            "pooler), by training-data size, mean ± sd over seeds (the partial-reinit report's Figure 3); per module in tables/weight_distance.parquet.")
     return ([Section("Weight distance by training-data size", note, (("", shown),), (figure,))],
             {"weight_distance": per_module, "weight_distance_by_layer": per_layer})
 
@@ -336,7 +400,7 @@ def _profile(results, summary, levels):
     keys = _shown(profile, ["model", "device", "batch_size", "seq_len", "variant"], always=("variant",))
     cost = ([_text(lambda x: "—" if x is None else f"{x:.2f}", "intervention_cpu_seconds", name="cost to make (CPU s)")]
             if "intervention_cpu_seconds" in profile.columns else [])
-    shown = profile.select(
+    shown = _relabelled(profile, variant_labels(results.spec["variants"])).select(
         *keys, (pl.col("n_params") / 1e6).round(1).alias("parameters (M)"), pl.col("encoder_layers").alias("layers"),
         *cost, _text(lambda m, s, n: f"{m:,.1f} ± {'—' if s is None else f'{s:,.1f}'} (n={n})", "mean", "sd", "n",
                      name="examples/s"),
@@ -484,6 +548,45 @@ def html_table(df: pl.DataFrame, caption: str = "") -> str:
     head = "<tr>" + "".join(f"<th>{e(c)}</th>" for c in df.columns) + "</tr>"
     rows = ["<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in df.iter_rows()]
     return "\n".join(["<table>", *([f"<caption>{e(caption)}</caption>"] if caption else []), head, *rows, "</table>"])
+
+
+# -- labels as the papers write them ----------------------------------------------------------------------
+
+def one_based(index: int) -> str:
+    """A 0-based layer or head index as the papers number it."""
+    return str(int(index) + 1)
+
+
+def variant_labels(variants: list[dict]) -> dict[str, str]:
+    """Each variant's name as the report prints it: a head variant named from its 0-based grid values,
+    `L{layer}H{head}` (head-reinit's L0H0), is printed 1-based (L1H1); every other name as it is."""
+    labels = {}
+    for v in variants:
+        levels = v.get("levels") or {}
+        layer, head = levels.get("layer"), levels.get("head")
+        zero_based = isinstance(layer, int) and isinstance(head, int) and v["name"] == f"L{layer}H{head}"
+        labels[v["name"]] = f"L{layer + 1}H{head + 1}" if zero_based else v["name"]
+    return labels
+
+
+def weight_layer_names(per_module: pl.DataFrame) -> dict[int, str]:
+    """The weight-distance layer axis by name: "embeddings" and "pooler" for the layers holding only that
+    module (stored as -1 and L), the encoder layers from 1."""
+    modules = per_module.group_by("layer").agg(pl.col("module").unique())
+    names = {}
+    for layer, held in modules.iter_rows():
+        held = set(held)
+        names[layer] = next(iter(held)) if held in ({"embeddings"}, {"pooler"}) else one_based(layer)
+    return names
+
+
+def _relabelled(frame: pl.DataFrame, labels: dict[str, str]) -> pl.DataFrame:
+    return frame.with_columns(pl.col("variant").replace(labels)) if "variant" in frame.columns else frame
+
+
+def _own_models(results) -> dict[str, str]:
+    """Variants that fine-tune a model of their own (a `model` key) -> that model."""
+    return {v["name"]: v["model"] for v in results.spec["variants"] if v.get("model")}
 
 
 # -- helpers ----------------------------------------------------------------------------------------------

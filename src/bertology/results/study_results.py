@@ -7,7 +7,7 @@ Runs the plan expected but that published no `runs` file are `missing`, never dr
 
 Vocabulary rows (`vocab_overlap`) belong to a model, not to a run: they are the study's partition's rows
 for the plan's models, measured with the plan's settings where the plan has them (the vocab-overlap
-study's reference, case and corpus). A plan without cells (that study's) has only those.
+study's reference, case and corpus, or each model's own corpus: `corpora`). A plan without cells (that study's) has only those.
 
 Plans written before the spec grew `levels`, `sizes` and `intermediates` read as one size (the study's
 fraction or count), no intermediate task, and variants without levels.
@@ -127,7 +127,10 @@ def _vocabulary(store: Store, name: str, spec: dict, models: set[str]) -> pl.Dat
         return None
     rows = scan_keys(store, keys).filter(pl.col("model").is_in(sorted(models)))
     for setting in VOCAB_SETTINGS:
-        if spec.get(setting) is not None:
+        if setting == "corpus" and spec.get("corpora") is not None:  # each model measured on its own corpus
+            own = pl.col("model").replace_strict(spec["corpora"], default=spec.get("corpus"), return_dtype=pl.String)
+            rows = rows.filter(pl.col("corpus").eq_missing(own))
+        elif spec.get(setting) is not None:
             rows = rows.filter(pl.col(setting) == spec[setting])
     rows = rows.collect()
     return rows if rows.height else None

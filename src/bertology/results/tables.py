@@ -16,7 +16,8 @@ import pyarrow as pa
 from bertology.spec import Cell
 from bertology.store import Store, open_store
 
-SCHEMA_VERSION = 3  # 2: `intermediate` label, predictions' `text`, activation_distance; 3: model_profile
+SCHEMA_VERSION = 4  # 2: `intermediate` label, predictions' `text`, activation_distance; 3: model_profile;
+# 4: curves' `kind` (the training-loss series beside the evaluation points)
 
 # The label columns every table carries, in this order, before its own columns.
 LABELS = pa.schema([
@@ -34,10 +35,14 @@ TABLES: dict[str, pa.Schema] = {
         ("train_seconds", pa.float64()), ("throughput", pa.float64()), ("device", pa.string()),
         ("code_version", pa.string()),
     ]),
-    # one row per evaluation point during training
+    # one row per (evaluation point, split, metric) during training, kind "eval"; and one row per point of the
+    # training-loss series (every `log_every` steps), kind "train": split "train", metric "loss", value =
+    # train_loss, the mean loss over the steps since the point before. Rows written before `kind` existed
+    # (schema_version < 4) read it as null: evaluation points.
     "curves": pa.schema([
         ("epoch", pa.int64()), ("step", pa.int64()), ("train_loss", pa.float64()), ("lr", pa.float64()),
         ("seconds", pa.float64()), ("split", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
+        ("kind", pa.string()),
     ]),
     # one row per evaluation example; span tasks: label 1 = answerable, prediction 1 = answered, score =
     # the no-answer score, text = the answer
@@ -80,8 +85,12 @@ def results_key(table: str, study: str, run_id: str) -> str:
 
 
 def with_labels(table: str, labels: dict, rows: pa.Table) -> pa.Table:
-    """Conform `rows` to the table's schema and prepend the label columns (absent labels are null)."""
+    """Conform `rows` to the table's schema and prepend the label columns (absent labels are null, and so are
+    columns a run's artifact predates, e.g. curves' `kind`)."""
     own = TABLES[table]
+    for f in own:
+        if f.name not in rows.column_names:
+            rows = rows.append_column(f.name, pa.nulls(rows.num_rows, f.type))
     rows = rows.select(own.names).cast(own)
     labels = {"schema_version": SCHEMA_VERSION, **labels}
     cols = [pa.array([labels.get(f.name)] * rows.num_rows, f.type) for f in LABELS]

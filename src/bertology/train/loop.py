@@ -12,6 +12,11 @@ kept on the CPU and saved at the end, with the tokenizer, as an HF directory.
 The loop never waits for the GPU between steps: the loss is summed on the device and read only at
 logging points, so the host queues the next batch while the GPU works.
 
+Training loss: every `log_every` steps the loss averaged over those steps (and the learning rate) is
+recorded as one point of a per-iteration series (the college report's Figures 1 and 4, loss against
+iterations); it costs one host sync per point. Like `checkpoint_every` it changes what is recorded, not
+what is computed, so it is an execution setting: not part of the resume identity or of a run id.
+
 Resume: every `checkpoint_every` steps the whole training state (weights, optimizer, scheduler, position
 in the epoch, loss so far, curves, best epoch, RNG states) goes to a `StateSink`, and a run that finds a
 state there continues from it. A resumed run ends bit for bit where an uninterrupted one does, because
@@ -54,14 +59,15 @@ class Hyper:
     eval_batch_size: int = 128
     eval_every: int = 0  # steps between evaluations besides each epoch's end (and one before training); 0: none
     checkpoint_every: int = 1000  # steps between resume states (when a StateSink is given); 0: none
+    log_every: int = 50  # steps per point of the training-loss series (mean loss of those steps); 0: none
     compile: bool = False  # torch.compile(dynamic=True): fewer kernel launches on a GPU, slow to start
     schedule: regimes.Schedule = field(default_factory=regimes.Schedule)  # which parameters train when
 
-    EXECUTION = ("checkpoint_every", "compile")  # how the loop runs, not what it computes
+    EXECUTION = ("checkpoint_every", "log_every", "compile")  # how the loop runs, not what it computes
 
     def __post_init__(self):
         for name, low in (("batch_size", 1), ("epochs", 1), ("eval_batch_size", 1), ("eval_every", 0),
-                          ("checkpoint_every", 0)):
+                          ("checkpoint_every", 0), ("log_every", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise BadInput(f"{name} must be an integer >= {low}, got {value!r}")
@@ -80,6 +86,7 @@ class FinetuneResult:
     best_epoch: int  # 1-based: the epoch of the best evaluation point
     best_metrics: dict[str, float]  # "<split>/<metric>" at the best evaluation point
     curves: list[dict] = field(default_factory=list)  # one row per evaluation point
+    losses: list[dict] = field(default_factory=list)  # the training-loss series: epoch, step, train_loss, lr, seconds
     monitor: list[dict] = field(default_factory=list)  # the monitor's rows, stamped with epoch and step
     best_step: int = 0
     wall_seconds: float = 0.0
@@ -138,6 +145,7 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
     curves, monitored, best_state, best = [], [], None, None
     start_epoch, start_batch = 1, 0
     loss_sum, loss_steps = torch.zeros((), device=device), 0  # since the last evaluation point
+    losses, series_sum, series_steps = [], torch.zeros((), device=device), 0  # since the last series point
     saved = state.load() if state is not None else None
     if saved is not None and saved.get("identity") != identity:
         log(f"resume state was made by another configuration ({saved.get('identity')}); ignored")
@@ -150,6 +158,8 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         curves, monitored, best_state, best = saved["curves"], saved["monitor"], saved["best_state"], saved["best"]
         start_epoch, start_batch = saved["epoch"], saved["batch"]
         loss_sum, loss_steps = saved["loss_sum"].to(device), saved["loss_steps"]
+        if "losses" in saved:  # states saved before the series existed resume without its past points
+            losses, series_sum, series_steps = saved["losses"], saved["series_sum"].to(device), saved["series_steps"]
         started -= saved["elapsed"]
         set_rng_state(saved["rng"])
         log(f"resuming at step {step}/{total_steps} (epoch {start_epoch}, batch {start_batch})")
@@ -209,6 +219,8 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
             optimizer.zero_grad(set_to_none=True)
             loss_sum += loss.detach()
             window_loss += loss.detach()
+            series_sum += loss.detach()
+            series_steps += 1
             loss_steps, window_steps, window_seqs, step = loss_steps + 1, window_steps + 1, window_seqs + len(batch_rows), step + 1
             if (i + 1) % log_every == 0 or i + 1 == steps_per_epoch:
                 mean_loss = window_loss.item() / window_steps  # .item() is the host sync
@@ -217,6 +229,10 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
                     f"lr {scheduler.get_last_lr()[0]:.2e} {window_seqs / (now - window_start):.1f} seq/s")
                 window_loss.zero_()
                 window_steps, window_start, window_seqs = 0, now, 0
+            if hp.log_every and (step % hp.log_every == 0 or step == total_steps):
+                losses.append({"epoch": epoch, "step": step, "train_loss": series_sum.item() / series_steps,
+                               "lr": scheduler.get_last_lr()[0], "seconds": time.perf_counter() - started})
+                series_sum, series_steps = torch.zeros((), device=device), 0
             if i + 1 == steps_per_epoch or (hp.eval_every and step % hp.eval_every == 0):
                 if device.type == "cuda":
                     torch.cuda.synchronize()
@@ -230,8 +246,10 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
                 state.save({  # best_state is a CPU copy already, never modified in place
                     **snapshot({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                 "scheduler": scheduler.state_dict(), "loss_sum": loss_sum, "rng": rng_state(),
-                                "curves": curves, "monitor": monitored}),
+                                "curves": curves, "monitor": monitored, "losses": losses,
+                                "series_sum": series_sum}),
                     "identity": identity, "step": step, "epoch": epoch, "batch": i + 1, "loss_steps": loss_steps,
+                    "series_steps": series_steps,
                     "best": best, "best_state": best_state,
                     "train_seconds": train_seconds + now - epoch_start, "eval_seconds": eval_seconds,
                     "elapsed": now - started})
@@ -245,6 +263,7 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         best_step=point["step"],
         best_metrics={k: v for k, v in point.items() if "/" in k},
         curves=curves,
+        losses=losses,
         monitor=monitored,
         wall_seconds=time.perf_counter() - started,
         train_seconds=train_seconds,
