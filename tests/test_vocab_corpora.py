@@ -14,6 +14,7 @@ from bertology.errors import BadInput
 from bertology.results.report import build_report, markdown
 from bertology.results.study_results import load_study_results
 from bertology.steps import vocab_overlap
+from bertology.steps.planned import load_plan
 from bertology.store import open_store
 
 ZH, JA, DE = "google-bert/bert-base-chinese", "tohoku-nlp/bert-base-japanese", "google-bert/bert-base-german-cased"
@@ -41,7 +42,8 @@ def test_the_hub_corpus_streams_the_languages_wikipedia_through_load_dataset(mon
 def _plan(tmp_path, **raw):
     store = open_store(f"file://{tmp_path / 'store'}")
     out = vocab_overlap.plan_study(store, "vocab-overlap", raw)
-    return store, [json.loads(item["spec"]) for item in out["specs"]]
+    plan = load_plan(store, out["study"])  # the items are ids; the specs are in the stored plan
+    return store, [plan.work("analyses", i) for i in out["specs"]]
 
 
 def test_by_default_zh_and_ja_are_measured_on_their_wikipedia_and_de_es_not(tmp_path):
@@ -86,13 +88,14 @@ def test_each_model_is_measured_on_its_own_local_corpus_and_reported(tmp_path):
     models = [f"dir:{first}", f"dir:{second}"]
     store, specs = _plan(tmp_path, models=json.dumps(models), reference=f"dir:{second}",
                          corpora=json.dumps({models[0]: str(english), models[1]: str(foreign)}))
-    for spec in specs:
-        study = spec.pop("study")
-        key = vocab_overlap.analyse(store, vocab_overlap.VocabSpec.from_dict(spec))
-        vocab_overlap.publish_rows(store, "vocab_overlap", study, key.rsplit("/", 1)[-1],
-                                   {"study": study, "model": spec["model"]},
-                                   store.read_parquet(f"{key}/vocab_overlap.parquet"))
+    from bertology.steps.harness import main
+
     [study_id] = [k.split("/")[2] for k in store.list("studies/vocab-overlap") if k.endswith("plan.json")]
+    plan = load_plan(store, f"vocab-overlap:{study_id}")
+    for analysis_id in plan.doc["analyses"]:  # as the workflow's pods run it: --plan and --ids
+        assert main("vocab-overlap", vocab_overlap.run,
+                    ["--store", store.uri, "--plan", plan.ref, "--ids", analysis_id]) == 0
+    assert len(specs) == 2
     results = load_study_results(store, "vocab-overlap", study_id)
     rows = {r["model"]: r for r in results.vocabulary.to_dicts()}
     assert rows[models[0]]["corpus"] == str(english) and rows[models[0]]["english_window_share"] == 1.0

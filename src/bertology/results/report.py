@@ -479,7 +479,8 @@ def _paper(results, summary, levels):
     if not comparable:
         note += (" The models were stood in (a tiny or demo preset, or models other than the report's): the "
                  "values are not comparable, so no difference is given; compare the orderings only.")
-    run = cells.filter(pl.col("status") != "not run")
+    labels = {k: v for k, v in variant_labels(results.spec["variants"]).items() if k != v}
+    run = _relabelled(cells.filter(pl.col("status") != "not run"), labels)
     keys = _shown(run, ["table", "row", "column", "model", "variant", "task", "intermediate", "split", "metric"],
                   always=("table", "row", "column"))
     shown_cells = run.select(
@@ -487,7 +488,10 @@ def _paper(results, summary, levels):
         _text(lambda m, s, n: "—" if m is None else f"{m:.4g}" + ("" if s is None else f" ± {s:.2g}") + f" (n={n})",
               "ours", "ours_sd", "n", name="this run"),
         _text(lambda d: "—" if d is None else f"{d:+.3f}", "difference", name="difference"), "status")
-    shown_orderings = orderings.select(
+    named = pl.col("ordering")
+    for name, label in labels.items():  # head variants as the papers number them (L1H1)
+        named = named.str.replace_all(rf"\b{name}\b", label)
+    shown_orderings = orderings.with_columns(named.alias("ordering")).select(
         "table", "group", "ordering",
         _text(lambda a, b: f"{a:.4g} > {b:.4g}", "paper_higher", "paper_lower", name="report"),
         _text(lambda a, b, ca, cb: f"{_num(a)} vs {_num(b)}" + (f" ({ca} vs {cb})" if ca and cb else ""),

@@ -307,7 +307,7 @@ def plan_study(store: Store, name: str, raw: dict[str, str]) -> dict:
     if any(s.corpus != options.get("corpus") for s in specs):  # each model's own corpus, for the report
         study_spec["corpora"] = {s.model: s.corpus for s in specs}
     study_id = content_id("study", study_spec)
-    analyses = {content_id("vocab-spec", s.to_dict()): s.to_dict() for s in specs}
+    analyses = {content_id("vocab", {"plan": s.to_dict()}): s.to_dict() for s in specs}
     store.write_json(planned.plan_key(name, study_id), {
         "study": name, "study_id": study_id, "spec": study_spec, "preset_changes": changes, "cells": [],
         "analyses": analyses})
