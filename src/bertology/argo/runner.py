@@ -475,14 +475,14 @@ class _Run:
         if items is None:
             result = self.template(template, target_source, name, arguments[0], key)
             return TaskOutcome(result.phase), result.outputs
+        names = [fanout.child_name(name, i, item) for i, item in enumerate(items)]
+        self.notify(RunEvent("fanout", name, count=len(items), children=tuple(names)))
         if not items:
             self.record(NodeResult(name, template["name"], "Skipped", message=fanout.SKIPPED_EMPTY))
             self.emit(name, f"Skipped ({fanout.SKIPPED_EMPTY})")
             return TaskOutcome("Skipped"), {}
 
-        names = [fanout.child_name(name, i, item) for i, item in enumerate(items)]
         children: list[NodeResult | None] = [None] * len(items)
-        self.notify(RunEvent("fanout", name, count=len(items), children=tuple(names)))
         used = json.dumps(task.get("arguments") or {})
         self._item_values.update({names[i]: {k: v for k, v in item_scope(item).items() if f"{{{{{k}}}}}" in used}
                                   for i, item in enumerate(items)})
