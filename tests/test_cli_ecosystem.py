@@ -57,10 +57,9 @@ def echo_project(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _run(*args) -> tuple[int, str]:
-    """`bertology run` in-process; returns the exit code and the say step's node log."""
-    code = cli.main(["run", "echo.yaml", "--templates", "templates", "--no-fork-server", *args])
-    return code, ""
+def _run(*args) -> int:
+    """`bertology run` of echo.yaml in-process; its exit code."""
+    return cli.main(["run", "echo.yaml", "--templates", "templates", "--no-fork-server", *args])
 
 
 def _say_log(capsys) -> str:
@@ -104,34 +103,33 @@ def test_interventions_as_json_is_the_registry(capsys):
 
 def test_parameter_file_is_argos_f_and_p_wins(echo_project, capsys):
     (echo_project / "params.yaml").write_text("count: 3\nlabel: from-file\ntags: [a, b]\n")
-    code, _ = _run("-f", "params.yaml", "-p", "label=from-p", "-q")
-    assert code == 0
+    assert _run("-f", "params.yaml", "-p", "label=from-p", "-q") == 0
     assert 'count=3 label=from-p tags=["a", "b"]' in _say_log(capsys)
 
 
 @pytest.mark.parametrize("content", ["- a\n- b\n", "count: [unclosed\n"])
 def test_a_bad_parameter_file_is_one_line_exit_2(echo_project, capsys, content):
     (echo_project / "params.yaml").write_text(content)
-    assert _run("--parameter-file", "params.yaml")[0] == 2
+    assert _run("--parameter-file", "params.yaml") == 2
     err = capsys.readouterr().err
     assert err.startswith("error: parameter file 'params.yaml'") and err.count("\n") == 1
 
 
 def test_bertology_store_is_the_default_and_store_wins(echo_project, capsys, monkeypatch):
     monkeypatch.setenv(cli.STORE_ENV, str(echo_project / "from-env"))
-    assert _run("-q")[0] == 0
+    assert _run("-q") == 0
     assert f"store=file://{echo_project / 'from-env'}" in _say_log(capsys)
-    assert _run("-q", "--store", str(echo_project / "explicit"))[0] == 0
+    assert _run("-q", "--store", str(echo_project / "explicit")) == 0
     assert f"store=file://{echo_project / 'explicit'}" in _say_log(capsys)
 
 
 def test_an_empty_store_is_an_error_naming_it(echo_project, capsys, monkeypatch):
-    assert _run("--store", "")[0] == 2
+    assert _run("--store", "") == 2
     assert "error: --store '' is empty" in capsys.readouterr().err
     assert cli.main(["report", "reversed-layers", "--store", " "]) == 2
     assert "error: --store ' ' is empty" in capsys.readouterr().err
     monkeypatch.setenv(cli.STORE_ENV, "")
-    assert _run()[0] == 2
+    assert _run() == 2
     assert f"error: {cli.STORE_ENV}='' is empty" in capsys.readouterr().err
 
 
