@@ -144,7 +144,7 @@ def test_reversed_layers_tiny_results_and_rerun(tmp_path, subprocess_env):
     again = bertology("run", "workflows/reversed-layers.yaml", "-p", "preset=tiny", "--store", str(store),
                       env=subprocess_env)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "12 cells, 0 to run in 0 pods; 0 checkpoints, 0 datasets to make" in again.stdout
+    assert "12 cells, 0 to run in 0 pods" in again.stdout and "; 0 checkpoints, 0 datasets to make" in again.stdout
     assert "[cell(" not in again.stdout and "[build-checkpoint(" not in again.stdout  # nothing recomputed
     assert "| model | task | split | metric | pre-trained | reversed | clean |" in again.stdout
 

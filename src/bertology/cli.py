@@ -485,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except (KeyboardInterrupt, Stopped) as e:
         return 128 + (e.signum if isinstance(e, Stopped) else signal.SIGINT)
+    except BrokenPipeError:  # `bertology studies | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

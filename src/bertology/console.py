@@ -118,7 +118,7 @@ class Console:
             if tty:
                 from tqdm import tqdm
 
-                self._bar = tqdm(total=0, file=self.out, dynamic_ncols=True, leave=False,
+                self._bar = tqdm(total=0, file=self.out, dynamic_ncols=True, leave=True,
                                  bar_format="{desc}{bar:20} {elapsed}")
                 interval_s = 1.0
             self._ticker = threading.Thread(target=self._tick, args=(interval_s,), daemon=True)
