@@ -26,6 +26,8 @@ STUDIES = sorted(p for p in (REPO / "workflows").glob("*.yaml") if yaml.safe_loa
 
 
 def bertology(*args, env, timeout=900):
+    if args[:1] == ("run",):  # -v: these tests read the steps' own lines (by default, only the node logs have them)
+        args = ("run", "-v", *args[1:])
     return subprocess.run([sys.executable, "-m", "bertology.cli", *args], check=False, cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -142,9 +144,22 @@ def test_reversed_layers_tiny_results_and_rerun(tmp_path, subprocess_env):
     again = bertology("run", "workflows/reversed-layers.yaml", "-p", "preset=tiny", "--store", str(store),
                       env=subprocess_env)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "12 cells, 0 to run in 0 pods; 0 checkpoints, 0 datasets to make" in again.stdout
+    assert "12 cells, 0 to run in 0 pods" in again.stdout and "; 0 checkpoints, 0 datasets to make" in again.stdout
     assert "[cell(" not in again.stdout and "[build-checkpoint(" not in again.stdout  # nothing recomputed
     assert "| model | task | split | metric | pre-trained | reversed | clean |" in again.stdout
+
+    # by default: one progress line, the step output in the node logs only, and the report's path at the end
+    quiet = subprocess.run([sys.executable, "-m", "bertology.cli", "run", "workflows/reversed-layers.yaml", "-p",
+                            "preset=tiny", "--store", str(store)], check=False, cwd=REPO, env=subprocess_env,
+                           capture_output=True, text=True, timeout=900)
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    assert "| model |" not in quiet.stdout and "[plan]" not in quiet.stdout
+    assert "cells 0/0" in quiet.stdout  # nothing left to run
+    report = Path(quiet.stdout.strip().splitlines()[-1].removeprefix("report: "))
+    assert report.name == "report.html" and report.is_file() and report.is_relative_to(store / "studies")
+    workdir = Path(quiet.stdout.split("step logs in ", 1)[1].split(")", 1)[0])
+    assert "| model | task | split | metric | pre-trained | reversed | clean |" in (
+        workdir / "aggregate" / "log.txt").read_text()
 
 
 def test_tiny_study_on_s3(s3_server, tmp_path, subprocess_env):

@@ -1,25 +1,42 @@
 """The `bertology` command: run studies locally, validate workflow YAML, build checkpoints by hand.
 
-    bertology run workflows/reversed-layers.yaml -p preset=tiny [--store s3://bucket/prefix]
+    bertology run workflows/reversed-layers.yaml -p preset=tiny [--store s3://bucket/prefix] [-f params.yaml]
+    bertology studies [-o json]
     bertology validate workflows/*.yaml workflows/templates/*.yaml
     bertology checkpoint google-bert/bert-base-uncased --apply remove-layers:layers=last:6 --out ./bert-6
-    bertology interventions
+    bertology interventions [-o json]
     bertology report reversed-layers --store s3://bucket/prefix [--id STUDY_ID] [--out DIR]
+
+Every command exits 0 (done), 1 (failed), 2 (bad input: one line naming the bad value), 75 (transient:
+retry), 130 / 143 (stopped by Ctrl-C / SIGTERM). The store defaults to $BERTOLOGY_STORE, else ./.bertology.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
 
-from bertology.errors import EXIT_BAD_INPUT, BadInput
+from bertology.errors import EXIT_BAD_INPUT, BadInput, BertologyError
 from bertology.store import DEFAULT_ROOT, open_store
+
+STORE_ENV = "BERTOLOGY_STORE"
+TEMPLATES_HINT = "pass --templates DIR (the WorkflowTemplates, e.g. a checkout's workflows/templates)"
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGINT reached `bertology run`: unwinds the run (its steps are stopped on the way)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,12 +44,66 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(f"{self.prog}: {message}")
 
 
-def _project_root(workflow: Path) -> Path:
-    """The directory holding `jobs/` (the containers' working directory in the images)."""
-    for parent in [workflow.resolve().parent, *workflow.resolve().parents, Path.cwd()]:
+def _project_root(workflow: Path, templates: Path | None = None) -> Path:
+    """The directory holding `jobs/` (the containers' working directory in the images): above the
+    workflow, else above the templates directory (a study YAML outside the checkout), else the cwd."""
+    above = [*([templates.resolve(), *templates.resolve().parents] if templates else [])]
+    for parent in [workflow.resolve().parent, *workflow.resolve().parents, *above, Path.cwd()]:
         if (parent / "jobs" / "__init__.py").exists():
             return parent
-    raise BadInput(f"cannot find the jobs/ package above '{workflow}' (run from a bertology checkout)")
+    raise BadInput(f"cannot find the jobs/ package above '{workflow}' (run from a bertology checkout, "
+                   f"or {TEMPLATES_HINT} inside one)")
+
+
+def _store_uri(value: str | None, flag: str = "--store") -> str:
+    """An explicit --store, else $BERTOLOGY_STORE, else ./.bertology; an empty value is an error."""
+    if value is None:
+        value = os.environ.get(STORE_ENV)
+        if value is not None and not value.strip():
+            raise BadInput(f"{STORE_ENV}='{value}' is empty (unset it, or set a store URI: file://PATH, a "
+                           f"local path, s3://BUCKET[/PREFIX])")
+        return value or DEFAULT_ROOT
+    if not value.strip():
+        raise BadInput(f"{flag} '{value}' is empty (expected a store URI: file://PATH, a local path, "
+                       f"s3://BUCKET[/PREFIX]; default ${STORE_ENV} or ./{DEFAULT_ROOT})")
+    return value
+
+
+def _parameter_file(path: str | None) -> dict[str, str]:
+    """Argo's `-f FILE`: a YAML or JSON mapping of parameter name to value; lists and mappings are
+    passed as JSON, as Argo passes them."""
+    if path is None:
+        return {}
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise BadInput(f"parameter file '{path}' not found")
+    try:
+        data = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as e:
+        raise BadInput(f"parameter file '{path}' is not YAML/JSON: {str(e).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise BadInput(f"parameter file '{path}' must be a mapping of NAME: VALUE, got {type(data).__name__}")
+    out = {}
+    for name, value in data.items():
+        if isinstance(value, bool):
+            out[name] = "true" if value else "false"
+        elif isinstance(value, (list, dict)):
+            out[name] = json.dumps(value)
+        else:
+            out[name] = "" if value is None else str(value)
+    return out
+
+
+def _with_hint(error: BadInput, templates: Path) -> BadInput:
+    """A template that cannot be found: say where we looked and how to point elsewhere."""
+    text = str(error)
+    if "WorkflowTemplate" in text and "not found" in text and "--templates" not in text:
+        return BadInput(f"{text}; looked in {templates}: {TEMPLATES_HINT}")
+    return error
 
 
 def _step_errors(result, workdir: Path) -> list[str]:
@@ -48,15 +119,20 @@ def _step_errors(result, workdir: Path) -> list[str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bertology.argo.runner import run_workflow
+    from bertology.console import NORMAL, QUIET, VERBOSE, Console
     from bertology.study import parse_pairs
 
     workflow = Path(args.workflow)
     if not workflow.is_file():
         raise BadInput(f"workflow file '{workflow}' not found")
-    params = parse_pairs(args.p, "-p")
-    store = open_store(params.get("store") or args.store)
+    params = {**_parameter_file(args.parameter_file), **parse_pairs(args.p, "-p")}  # -p wins, as in Argo
+    if "store" in params and not params["store"].strip():
+        raise BadInput(f"-p store='{params['store']}' is empty (expected a store URI)")
+    store = open_store(params.get("store") or _store_uri(args.store))
     params["store"] = store.uri
     templates = Path(args.templates) if args.templates else workflow.resolve().parent / "templates"
+    if args.templates and not templates.is_dir():
+        raise BadInput(f"--templates '{args.templates}' is not a directory")
     semaphores = {}
     for pair in args.semaphore:
         name, sep, limit = pair.partition("=")
@@ -65,20 +141,59 @@ def cmd_run(args: argparse.Namespace) -> int:
         semaphores[name] = int(limit)
     if args.dry_run:
         return _dry_run(workflow, params, templates, args, semaphores)
+    project_root = _project_root(workflow, Path(args.templates) if args.templates else None)
     workdir = Path(tempfile.mkdtemp(prefix=f"bertology-run-{workflow.stem}-"))
     print(f"bertology run {workflow} (store {store.uri}, step logs in {workdir})", flush=True)
-    result = run_workflow(workflow, params=params, templates_dir=templates, workdir=workdir,
-                          project_root=_project_root(workflow), parallelism=args.parallelism,
-                          semaphores=semaphores, fork_server=not args.no_fork_server,
-                          max_backoff_s=args.max_backoff)
+    console = Console(VERBOSE if args.verbose else QUIET if args.quiet else NORMAL)
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        result = run_workflow(workflow, params=params, templates_dir=templates, workdir=workdir,
+                              project_root=project_root, parallelism=args.parallelism,
+                              semaphores=semaphores, fork_server=not args.no_fork_server,
+                              max_backoff_s=args.max_backoff, log=console.log, events=console.event)
+    except BadInput as e:
+        raise _with_hint(e, templates) from None
+    except Stopped as e:  # every step and the fork server are stopped by now (run_workflow's cleanup)
+        console.close()
+        name = signal.Signals(e.signum).name
+        print(f"workflow {workflow.name}: stopped by {name}; every step stopped (step logs in {workdir})",
+              file=sys.stderr, flush=True)
+        return 128 + e.signum
+    finally:
+        console.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     status = "Succeeded" if result.exit_code == 0 else "Failed"
     print(f"workflow {workflow.name}: {status}", flush=True)
     for line in _step_errors(result, workdir):
         print(line, file=sys.stderr)
+    report = _report_location(result, store)
     if result.exit_code == 0:
         print(f"results (Parquet, hive-partitioned by study): {store.url('results/')}")
-        print(f"study tables and reports: {store.url('studies/')}")
+        if report is None:
+            print(f"study tables and reports: {store.url('studies/')}")
+    if report is not None:
+        print(f"report: {report}", flush=True)
     return result.exit_code
+
+
+def _stop(signum, frame) -> None:
+    """The first SIGTERM / SIGINT unwinds the run; more of them while it stops are ignored."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+def _report_location(result, store) -> str | None:
+    """Where the aggregate step wrote report.html (the plan's `study` output is NAME:ID), if it did."""
+    plan = result.nodes.get("plan")
+    ref = (plan.outputs if plan else {}).get("study", "")
+    name, sep, study_id = ref.partition(":")
+    key = f"studies/{name}/{study_id}/report.html"
+    if not sep or not store.exists(key):
+        return None
+    url = store.url(key)
+    return url.removeprefix("file://") if url.startswith("file://") else url
 
 
 def _dry_run(workflow: Path, params: dict, templates: Path, args: argparse.Namespace,
@@ -91,8 +206,11 @@ def _dry_run(workflow: Path, params: dict, templates: Path, args: argparse.Names
     lines: list[str] = []
     try:
         result = run_workflow(workflow, params=params, templates_dir=templates, workdir=workdir,
-                              project_root=_project_root(workflow), parallelism=1, semaphores=semaphores,
-                              fork_server=False, log=lines.append, dry_run=True)
+                              project_root=_project_root(workflow, Path(args.templates) if args.templates else None),
+                              parallelism=1, semaphores=semaphores, fork_server=False, log=lines.append,
+                              dry_run=True)
+    except BadInput as e:
+        raise _with_hint(e, templates) from None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if result.exit_code != 0:
@@ -199,10 +317,65 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 def cmd_interventions(args: argparse.Namespace) -> int:
     from bertology.interventions import REGISTRY
 
+    if args.output == "json":
+        print(json.dumps([{"name": name, "doc": entry.doc.removeprefix(f"{name}: "), "params": entry.defaults}
+                          for name, entry in REGISTRY.items()], indent=2, default=str))
+        return 0
     for name, entry in REGISTRY.items():
         params = ", ".join(f"{k}={json.dumps(v)}" for k, v in entry.defaults.items()) or "no parameters"
         doc = entry.doc.removeprefix(f"{name}: ")
         print(f"{name:20s} {doc}\n{'':20s} params: {params}")
+    return 0
+
+
+def _default_workflows() -> Path:
+    """`workflows/` of the checkout this package runs from, else of the current directory."""
+    here = Path(__file__).resolve().parents[2] / "workflows"
+    return here if here.is_dir() else Path("workflows")
+
+
+def study_entry(path: Path) -> dict | None:
+    """A workflow file's name, title and report (its header comment's first line: `Title (report, section):
+    …`), and its parameters with their defaults; None for a file that is not a Workflow/CronWorkflow."""
+    import yaml
+
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+    except yaml.YAMLError as e:
+        raise BadInput(f"{path}: not YAML: {str(e).splitlines()[0]}") from None
+    doc = next((d for d in docs if d.get("kind") in ("Workflow", "CronWorkflow")), None)
+    if doc is None:
+        return None
+    header = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#") or not line.strip("# "):
+            break
+        header.append(line.lstrip("# ").strip())
+    summary = " ".join(header)
+    first = header[0] if header else ""
+    title, _, rest = first.partition(" (")
+    report = rest.split(")", 1)[0] if rest else ""
+    spec = doc.get("spec") or {}
+    spec = spec.get("workflowSpec", spec) if doc["kind"] == "CronWorkflow" else spec
+    params = {p["name"]: p.get("value", "") for p in (spec.get("arguments") or {}).get("parameters") or []
+              if isinstance(p, dict) and "name" in p}
+    return {"study": path.stem, "file": str(path), "kind": doc["kind"], "title": title.strip(),
+            "report": report.strip(), "summary": summary, "parameters": params}
+
+
+def cmd_studies(args: argparse.Namespace) -> int:
+    """Each workflow with the report it reproduces and its parameters."""
+    directory = Path(args.dir) if args.dir else _default_workflows()
+    if not directory.is_dir():
+        raise BadInput(f"workflows directory '{directory}' not found (pass --dir DIR)")
+    entries = [e for e in (study_entry(p) for p in sorted(directory.glob("*.yaml"))) if e is not None]
+    if args.output == "json":
+        print(json.dumps(entries, indent=2))
+        return 0
+    for e in entries:
+        names = ", ".join(name for name in e["parameters"] if name not in ("study",))
+        print(f"{e['study']:22s} {e['title']}" + (f" ({e['report']})" if e["report"] else ""))
+        print(f"{'':22s} parameters: {names or 'none'}")
     return 0
 
 
@@ -213,7 +386,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from bertology.study import check_study_name
 
     check_study_name(args.study)
-    store = open_store(args.store)
+    store = open_store(_store_uri(args.store))
     study_id = args.id
     if study_id is None:
         study_id = latest_study_id(store, args.study)
@@ -235,11 +408,18 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="bertology", description=__doc__.split("\n")[0])
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run a study workflow on this machine")
     r.add_argument("workflow", help="workflows/<study>.yaml")
     r.add_argument("-p", action="append", default=[], metavar="NAME=VALUE", help="workflow parameter")
-    r.add_argument("--store", default=DEFAULT_ROOT, help=f"store URI used unless -p store=… (default ./{DEFAULT_ROOT})")
+    r.add_argument("-f", "--parameter-file", default=None, metavar="FILE",
+                   help="a YAML/JSON mapping of parameter name to value, as argo submit -f; -p wins over it")
+    r.add_argument("--store", default=None,
+                   help=f"store URI used unless -p store=… (default ${STORE_ENV}, else ./{DEFAULT_ROOT})")
+    loud = r.add_mutually_exclusive_group()
+    loud.add_argument("-v", "--verbose", action="store_true", help="echo every step's output lines")
+    loud.add_argument("-q", "--quiet", action="store_true", help="no progress line: errors and the final lines")
     r.add_argument("--parallelism", type=int, default=1,
                    help="containers at once on this machine (default 1; the YAML's spec.parallelism also caps it)")
     r.add_argument("--semaphore", action="append", default=[], metavar="CONFIGMAP/KEY=N",
@@ -266,10 +446,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", required=True, help="output directory (must be new or empty)")
     c.set_defaults(fn=cmd_checkpoint)
     i = sub.add_parser("interventions", help="list the intervention registry and its parameters")
+    i.add_argument("-o", "--output", choices=["text", "json"], default="text")
     i.set_defaults(fn=cmd_interventions)
+    s = sub.add_parser("studies", help="list the study workflows, the report each reproduces, their parameters")
+    s.add_argument("--dir", default=None, help="workflows directory (default: the checkout's workflows/)")
+    s.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    s.set_defaults(fn=cmd_studies)
     rep = sub.add_parser("report", help="rebuild a study's tables, report.md and report.html from a store")
     rep.add_argument("study", help="the study's name (e.g. reversed-layers)")
-    rep.add_argument("--store", default=DEFAULT_ROOT, help=f"store URI (default ./{DEFAULT_ROOT})")
+    rep.add_argument("--store", default=None, help=f"store URI (default ${STORE_ENV}, else ./{DEFAULT_ROOT})")
     rep.add_argument("--id", default=None, help="the study id (default: the study's most recently written plan)")
     rep.add_argument("--out", default=None, help="also write report.md and report.html into this directory")
     rep.add_argument("--best-of-runs", action="store_true",
@@ -278,13 +463,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bertology")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Every command: 0 done, 1 failed, 2 bad input, 75 transient, 130 / 143 stopped; errors are one line."""
     try:
         args = build_parser().parse_args(argv)
         return args.fn(args)
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BertologyError as e:  # Transient: 75, anything else of ours: 1
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except (KeyboardInterrupt, Stopped) as e:
+        return 128 + (e.signum if isinstance(e, Stopped) else signal.SIGINT)
+    except BrokenPipeError:  # `bertology studies | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -288,6 +288,19 @@ class RunResult:
         return self.phase == "Succeeded"
 
 
+@dataclass(frozen=True)
+class RunEvent:
+    """What a progress display needs, without parsing log lines: a container `started`, a fan-out
+    expanded into `count` children (`fanout`), or any node `finished` with its phase."""
+
+    kind: str  # started | fanout | finished
+    node: str
+    phase: str = ""
+    count: int = 0
+    message: str = ""
+    children: tuple[str, ...] = ()  # fanout: the children's node names
+
+
 class _NodeError(Exception):
     """A node that cannot run as written (unresolved variable, bad withParam, missing input): phase Error."""
 
@@ -342,6 +355,12 @@ class _Run:
         self._item_values: dict[str, dict[str, str]] = {}  # fan-out child -> the item variables it used
         self._lock = threading.Lock()
         self._log = log
+        self.events: Callable[[RunEvent], None] | None = None  # progress hook (bertology.console)
+        self.stopping = False  # set by terminate(): no new attempt starts, no retry follows
+
+    def notify(self, event: RunEvent) -> None:
+        if self.events is not None:
+            self.events(event)
 
     def emit(self, node: str, text: str) -> None:
         with self._lock:
@@ -350,6 +369,7 @@ class _Run:
     def record(self, node: NodeResult) -> NodeResult:
         with self._lock:
             self.nodes[node.name] = node
+        self.notify(RunEvent("finished", node.name, node.phase, message=node.message))
         return node
 
     def node_dir(self, name: str) -> Path:
@@ -455,12 +475,13 @@ class _Run:
         if items is None:
             result = self.template(template, target_source, name, arguments[0], key)
             return TaskOutcome(result.phase), result.outputs
+        names = [fanout.child_name(name, i, item) for i, item in enumerate(items)]
+        self.notify(RunEvent("fanout", name, count=len(items), children=tuple(names)))
         if not items:
             self.record(NodeResult(name, template["name"], "Skipped", message=fanout.SKIPPED_EMPTY))
             self.emit(name, f"Skipped ({fanout.SKIPPED_EMPTY})")
             return TaskOutcome("Skipped"), {}
 
-        names = [fanout.child_name(name, i, item) for i, item in enumerate(items)]
         children: list[NodeResult | None] = [None] * len(items)
         used = json.dumps(task.get("arguments") or {})
         self._item_values.update({names[i]: {k: v for k, v in item_scope(item).items() if f"{{{{{k}}}}}" in used}
@@ -540,7 +561,7 @@ class _Run:
                         phase, message = "Error", str(e)
             attempts.append(Attempt(phase, code, started, finished, message))
             result = NodeResult(node_name, template["name"], phase, code, len(attempts), message, values)
-            if phase == "Succeeded" or strategy is None:
+            if phase == "Succeeded" or strategy is None or self.stopping:
                 break
             decision = strategy.decide(attempts, time.time() + skipped_s)
             if not decision.retry:
@@ -582,17 +603,24 @@ class _Run:
         self.emit(node, f"started (attempt {attempt + 1}, command in {log_path})")
         with log_path.open("a") as log_file:
             log_file.write(f"--- attempt {attempt + 1}: {shlex.join(argv)}\n")
+            if self.stopping:
+                return "Error", None, "the local run was stopped"
             try:
                 if self.zygote is not None and argv[0] == sys.executable and argv[1:2] == ["-m"]:
                     process = self.zygote.spawn(argv[2], argv[3:], env, self.project_root)
-                else:
+                else:  # its own process group, as a pod: terminate() reaches the step's children too
                     process = subprocess.Popen(argv, cwd=self.project_root, env=env, stdout=subprocess.PIPE,
-                                               stderr=subprocess.STDOUT, text=True, errors="replace")
+                                               stderr=subprocess.STDOUT, text=True, errors="replace",
+                                               start_new_session=True)
             except OSError as e:
                 log_file.write(f"cannot start: {e}\n")
                 return "Error", None, f"cannot start {argv[0]!r}: {e.strerror or e}"
             with self._lock:
                 self.processes.add(process)
+                stopped = self.stopping
+            if stopped:  # terminate() ran while this one was starting
+                _signal(process, signal.SIGTERM)
+            self.notify(RunEvent("started", node))
             expired = threading.Event()
             timer = None
             if timeout is not None:
@@ -621,18 +649,38 @@ class _Run:
             return "Succeeded", 0, ""
         return "Failed", code, f"exit code {code}"
 
-    def terminate(self) -> None:
+    def terminate(self, grace_s: float = LOCAL_GRACE_S) -> None:
+        """Stop the run as Argo stops a workflow: SIGTERM to every running step's process group, SIGKILL
+        after `grace_s`; no new attempt starts afterwards."""
         with self._lock:
-            for process in self.processes:
-                _signal(process, signal.SIGTERM)
+            self.stopping = True
+            running = list(self.processes)
+        for process in running:
+            _signal(process, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self.processes:
+                    return
+            time.sleep(0.05)
+        with self._lock:
+            running = list(self.processes)
+        for process in running:
+            _signal(process, signal.SIGKILL)
 
 
 def _signal(process, sig: int) -> None:
+    """Signal a step's process group (steps lead their own), else the process alone."""
+    pid = getattr(process, "pid", None)
+    if not pid:
+        return
     try:
-        if hasattr(process, "send_signal"):
-            process.send_signal(sig)
-        elif getattr(process, "pid", None):
-            os.kill(process.pid, sig)
+        os.killpg(pid, sig)
+        return
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+    try:
+        os.kill(pid, sig)
     except (ProcessLookupError, OSError):
         pass
 
@@ -799,6 +847,7 @@ def run_workflow(
     fork_server: bool = False,
     max_backoff_s: float = MAX_LOCAL_BACKOFF_S,
     dry_run: bool = False,
+    events: Callable[[RunEvent], None] | None = None,
 ) -> RunResult:
     """Validate, check the local feature subset, then run the file's Workflow (or a CronWorkflow's
     workflowSpec, once). Raises BadInput before anything runs; a failed step is a result, not an error.
@@ -807,7 +856,10 @@ def run_workflow(
     `python -m MODULE` steps fork from a warm interpreter (see zygote.py) instead of paying the
     torch/transformers import in every process. With `dry_run`, only the steps whose output parameters the
     DAG reads (plan) run; every other container is recorded in `RunResult.pods` with the argv Argo would
-    give it, and counted as succeeded."""
+    give it, and counted as succeeded. `events` receives a RunEvent as containers start and nodes finish.
+
+    An exception in the calling thread (KeyboardInterrupt, or what a SIGTERM handler raises) stops every
+    running step, then the fork server, and propagates."""
     prepared = prepare(path, params=params, templates_dir=templates_dir, parallelism=parallelism,
                        semaphores=semaphores)
     workdir = Path(workdir)
@@ -815,6 +867,7 @@ def run_workflow(
     run = _Run(prepared.name, prepared.globals, prepared.library, workdir, Path(project_root),
                Limits(prepared.parallelism, prepared.semaphores), log, max_backoff_s)
     run.dry_run = dry_run
+    run.events = events
     sems = ", ".join(f"{k}={v}" for k, v in sorted(prepared.semaphores.items()))
     run.emit(prepared.name, f"running {path} locally (at most {prepared.parallelism} containers at once"
                             + (f"; semaphores {sems}" if sems else "") + f"; node directories under {workdir})")

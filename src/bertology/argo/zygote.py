@@ -10,6 +10,11 @@ its output pipe (SCM_RIGHTS). The zygote forks a waiter, which forks the step, r
 `{"pid": …}`, waits, and replies `{"exit": …}`. The zygote itself stays single-threaded and never waits
 (SIGCHLD is ignored, so waiters are reaped by the kernel), which keeps fork safe.
 
+Stopping: the runner stops steps by their process group and then kills the server. Nothing is left
+behind even when the runner dies without cleaning up (SIGKILL, a crash): the server, each waiter and
+each step ask the kernel for a signal when their parent dies (PR_SET_PDEATHSIG), and the server ignores
+SIGINT (a Ctrl-C in the terminal reaches its process group; the runner decides what stops).
+
 Caveat: variables that libraries read at import time come from the environment the zygote was started
 with (the runner's); variables read at call time (credentials, endpoints) come from the step's env.
 """
@@ -35,6 +40,19 @@ PRELOAD = ("torch", "transformers", "datasets", "polars", "pyarrow.parquet", "sk
 PRELOAD_ATTRS = ("AutoConfig", "AutoTokenizer", "AutoModel", "AutoModelForSequenceClassification", "BertModel")
 
 
+def _die_with_parent(sig: int) -> None:
+    """Ask Linux to send `sig` when the parent exits (a no-op elsewhere); exit now if it already has."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def _send_json(conn: socket.socket, obj: dict) -> None:
     conn.sendall(json.dumps(obj).encode() + b"\n")
 
@@ -46,6 +64,7 @@ def _run_step(request: dict, out_fd: int) -> None:
     code = 1
     try:
         os.setpgid(0, 0)  # own process group: terminate() reaches the step and its children
+        _die_with_parent(signal.SIGTERM)  # the waiter was killed: stop as a step stops on SIGTERM
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         os.dup2(out_fd, 1)
@@ -90,6 +109,8 @@ def _serve_one(conn: socket.socket) -> None:
 
 
 def serve(path: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the runner's to handle
+    _die_with_parent(signal.SIGKILL)
     for name in PRELOAD:
         __import__(name)
     import transformers
@@ -106,6 +127,7 @@ def serve(path: str) -> None:
         if os.fork() == 0:
             server.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the waiter must be able to wait for its step
+            _die_with_parent(signal.SIGKILL)
             code = 0
             try:
                 _serve_one(conn)

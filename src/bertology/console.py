@@ -1,0 +1,173 @@
+"""What `bertology run` shows while a study runs: one progress line, the errors, a short ending.
+
+The runner reports RunEvents (a container started, a fan-out expanded, a node finished); this module
+turns them into one line of study progress: cells done/total, failed, steps running, ETA. On a terminal
+the line is a tqdm bar redrawn in place; elsewhere (Argo pods, CI logs) it is a plain line printed at
+most every `interval_s` seconds and only when something changed. Every step's own output stays in its
+node log (`<workdir>/<node>/log.txt`); `-v` echoes it as well, `-q` drops the progress line.
+
+Cells are the children of the top-level fan-out named `cell` (the study template's); a workflow
+without one (a test fixture, a CronWorkflow) counts the children of all its top-level fan-outs.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import TextIO
+
+from bertology.argo.runner import RunEvent
+
+QUIET, NORMAL, VERBOSE = -1, 0, 1
+FAILED = ("Failed", "Error")
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+class Progress:
+    """The counts behind the line; fed RunEvents, safe to call from the runner's threads."""
+
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self.groups: dict[str, int] = {}  # top-level fan-out -> number of children
+        self.parent: dict[str, str] = {}  # fan-out child -> its fan-out
+        self.done: dict[str, int] = {}
+        self.failed: dict[str, int] = {}
+        self.running: dict[str, float] = {}  # container node -> when it started
+        self.failures: list[RunEvent] = []  # the containers that failed, in order
+        self.started_at: dict[str, float] = {}  # fan-out -> when it expanded
+
+    def feed(self, event: RunEvent) -> bool:
+        """Count the event; True when it is a container that failed (an error to show now)."""
+        failed_container = False
+        if event.kind == "fanout" and "." not in event.node:
+            self.groups[event.node] = event.count
+            self.started_at.setdefault(event.node, self._clock())
+            self.parent.update({child: event.node for child in event.children})
+        elif event.kind == "started":
+            self.running[event.node] = self._clock()
+        elif event.kind == "finished":
+            was_container = self.running.pop(event.node, None) is not None
+            if was_container and event.phase in FAILED:
+                self.failures.append(event)
+                failed_container = True
+            group = self.parent.get(event.node)
+            if group is not None:
+                self.done[group] = self.done.get(group, 0) + 1
+                if event.phase in FAILED:
+                    self.failed[group] = self.failed.get(group, 0) + 1
+        return failed_container
+
+    def _cells(self) -> list[str]:
+        return ["cell"] if "cell" in self.groups else list(self.groups)
+
+    def counts(self) -> tuple[int, int | None, int]:
+        """(cells finished, cells in all or None before the plan says, cells failed)."""
+        groups = self._cells()
+        total = sum(self.groups[g] for g in groups) if groups else None
+        return sum(self.done.get(g, 0) for g in groups), total, sum(self.failed.get(g, 0) for g in groups)
+
+    def eta(self) -> float | None:
+        done, total, _ = self.counts()
+        groups = self._cells()
+        if not done or total is None:
+            return None
+        elapsed = self._clock() - min(self.started_at[g] for g in groups)
+        return elapsed / done * (total - done)
+
+    def line(self) -> str:
+        done, total, failed = self.counts()
+        parts = [f"cells {done}/{total if total is not None else '?'}"]
+        if failed:
+            parts.append(f"{failed} failed")
+        running = sorted(self.running)
+        if len(running) == 1:
+            parts.append(f"running {running[0]}")
+        else:
+            parts.append(f"{len(running)} steps running")
+        eta = self.eta()
+        if eta is not None and done < (total or 0):
+            parts.append(f"ETA {_duration(eta)}")
+        return " · ".join(parts)
+
+
+class Console:
+    """The runner's `log` and `events` callbacks for one run; `close()` ends the progress line."""
+
+    def __init__(self, verbosity: int = NORMAL, out: TextIO | None = None, err: TextIO | None = None,
+                 tty: bool | None = None, interval_s: float = 30.0):
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.verbosity = verbosity
+        self.progress = Progress()
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._last = ""
+        self._bar = None
+        tty = self.out.isatty() if tty is None else tty
+        if verbosity == NORMAL:
+            if tty:
+                from tqdm import tqdm
+
+                self._bar = tqdm(total=0, file=self.out, dynamic_ncols=True, leave=True,
+                                 bar_format="{desc}{bar:20} {elapsed}")
+                interval_s = 1.0
+            self._ticker = threading.Thread(target=self._tick, args=(interval_s,), daemon=True)
+            self._ticker.start()
+
+    def log(self, line: str) -> None:
+        """A runner line (`[node] text`): the node log has it already; echoed only with -v."""
+        if self.verbosity >= VERBOSE:
+            with self._lock:
+                print(line, file=self.out, flush=True)
+
+    def event(self, event: RunEvent) -> None:
+        with self._lock:
+            if self.progress.feed(event) and self.verbosity < VERBOSE:
+                self._write_error(f"{event.node}: {event.phase}" + (f" ({event.message})" if event.message else ""))
+            if self._bar is not None:
+                self._draw()
+
+    def _write_error(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.clear()
+        print(text, file=self.err, flush=True)
+
+    def _draw(self) -> None:
+        done, total, _ = self.progress.counts()
+        self._bar.total = total or 0
+        self._bar.n = done
+        self._bar.set_description_str(self.progress.line() + " ", refresh=False)
+        self._bar.refresh()
+
+    def _tick(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            with self._lock:
+                if self._bar is not None:
+                    self._draw()
+                else:
+                    self._print_if_changed()
+
+    def _print_if_changed(self) -> None:
+        line = self.progress.line()
+        if line.split(" · ETA")[0] != self._last.split(" · ETA")[0]:
+            print(line, file=self.out, flush=True)
+            self._last = line
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            if self._bar is not None:
+                self._bar.close()
+                self._bar = None
+            elif self.verbosity == NORMAL:
+                self._print_if_changed()

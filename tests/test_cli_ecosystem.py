@@ -1,0 +1,211 @@
+"""The CLI as the ecosystem expects it: --version, `studies`, Argo's `-f`, `-o json`, $BERTOLOGY_STORE,
+one set of exit codes, --templates for a study outside the checkout, and the run's console (progress line,
+-q / -v)."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bertology import cli
+from bertology.argo.runner import RunEvent
+from bertology.console import NORMAL, QUIET, Console, Progress
+from bertology.errors import Transient
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A host step that shows what it was given; `store` is declared because `bertology run` always passes it.
+ECHO = """\
+apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata:
+  generateName: echo-
+spec:
+  entrypoint: main
+  arguments:
+    parameters:
+      - {name: count, value: "1"}
+      - {name: label, value: default}
+      - {name: tags, value: "[]"}
+      - name: store
+  templates:
+    - name: main
+      dag:
+        tasks:
+          - {name: say, template: say}
+    - name: say
+      container:
+        image: example/echo:0.1
+        command: [sh, -c, "echo count={{workflow.parameters.count}} label={{workflow.parameters.label}} tags={{workflow.parameters.tags}} store={{workflow.parameters.store}}"]
+"""
+
+
+@pytest.fixture
+def echo_project(tmp_path, monkeypatch):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "__init__.py").write_text("")
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "echo.yaml").write_text(ECHO)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(cli.STORE_ENV, raising=False)
+    return tmp_path
+
+
+def _run(*args) -> int:
+    """`bertology run` of echo.yaml in-process; its exit code."""
+    return cli.main(["run", "echo.yaml", "--templates", "templates", "--no-fork-server", *args])
+
+
+def _say_log(capsys) -> str:
+    out = capsys.readouterr().out
+    workdir = Path(out.split("step logs in ", 1)[1].split(")", 1)[0])
+    return (workdir / "say" / "log.txt").read_text()
+
+
+def test_version_is_the_installed_package_version(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"bertology {version('bertology')}"
+
+
+def test_studies_lists_each_workflow_with_its_report_and_parameters(capsys):
+    assert cli.main(["studies", "-o", "json"]) == 0
+    entries = {e["study"]: e for e in json.loads(capsys.readouterr().out)}
+    files = {p.stem for p in (REPO / "workflows").glob("*.yaml")}
+    assert set(entries) == files  # every workflow (the nightly CronWorkflow too), no template
+    reversed_ = entries["reversed-layers"]
+    # the header comment: "# Layer reversal (monolingual-pretraining report, Table 1): fine-tune ..."
+    assert reversed_["title"] == "Layer reversal"
+    assert reversed_["report"] == "monolingual-pretraining report, Table 1"
+    declared = yaml.safe_load((REPO / "workflows" / "reversed-layers.yaml").read_text())
+    assert reversed_["parameters"] == {p["name"]: p.get("value", "") for p in declared["spec"]["arguments"]["parameters"]}
+    assert cli.main(["studies"]) == 0
+    text = capsys.readouterr().out
+    assert "reversed-layers" in text and "Layer reversal (monolingual-pretraining report, Table 1)" in text
+    assert "parameters: preset, models, variants" in text
+
+
+def test_interventions_as_json_is_the_registry(capsys):
+    from bertology.interventions import REGISTRY
+
+    assert cli.main(["interventions", "-o", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [e["name"] for e in listed] == list(REGISTRY)
+    assert all(e["params"] == json.loads(json.dumps(REGISTRY[e["name"]].defaults, default=str)) for e in listed)
+
+
+def test_parameter_file_is_argos_f_and_p_wins(echo_project, capsys):
+    (echo_project / "params.yaml").write_text("count: 3\nlabel: from-file\ntags: [a, b]\n")
+    assert _run("-f", "params.yaml", "-p", "label=from-p", "-q") == 0
+    assert 'count=3 label=from-p tags=["a", "b"]' in _say_log(capsys)
+
+
+@pytest.mark.parametrize("content", ["- a\n- b\n", "count: [unclosed\n"])
+def test_a_bad_parameter_file_is_one_line_exit_2(echo_project, capsys, content):
+    (echo_project / "params.yaml").write_text(content)
+    assert _run("--parameter-file", "params.yaml") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: parameter file 'params.yaml'") and err.count("\n") == 1
+
+
+def test_bertology_store_is_the_default_and_store_wins(echo_project, capsys, monkeypatch):
+    monkeypatch.setenv(cli.STORE_ENV, str(echo_project / "from-env"))
+    assert _run("-q") == 0
+    assert f"store=file://{echo_project / 'from-env'}" in _say_log(capsys)
+    assert _run("-q", "--store", str(echo_project / "explicit")) == 0
+    assert f"store=file://{echo_project / 'explicit'}" in _say_log(capsys)
+
+
+def test_an_empty_store_is_an_error_naming_it(echo_project, capsys, monkeypatch):
+    assert _run("--store", "") == 2
+    assert "error: --store '' is empty" in capsys.readouterr().err
+    assert cli.main(["report", "reversed-layers", "--store", " "]) == 2
+    assert "error: --store ' ' is empty" in capsys.readouterr().err
+    monkeypatch.setenv(cli.STORE_ENV, "")
+    assert _run() == 2
+    assert f"error: {cli.STORE_ENV}='' is empty" in capsys.readouterr().err
+
+
+def test_report_reads_bertology_store(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(cli.STORE_ENV, str(tmp_path / "empty-store"))
+    assert cli.main(["report", "reversed-layers"]) == 2
+    assert str(tmp_path / "empty-store") in capsys.readouterr().err  # it looked in $BERTOLOGY_STORE
+
+
+@pytest.mark.parametrize(("raised", "code"), [(Transient("store unreachable"), 75), (KeyboardInterrupt(), 130)])
+def test_every_command_shares_the_exit_codes(monkeypatch, capsys, raised, code):
+    def fails(args):
+        raise raised
+
+    monkeypatch.setattr(cli, "cmd_interventions", fails)
+    assert cli.main(["interventions"]) == code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and (code == 130 or err == "error: store unreachable\n")
+
+
+def test_a_study_outside_the_checkout_runs_with_templates(tmp_path, monkeypatch, capsys):
+    study = tmp_path / "my-study.yaml"
+    shutil.copy(REPO / "workflows" / "reversed-layers.yaml", study)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(cli.STORE_ENV, raising=False)
+    # without --templates: one line that says how to point at them
+    assert cli.main(["run", str(study), "-p", "preset=tiny", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "pass --templates DIR" in err and err.count("\n") == 1
+    # from a checkout's directory, the jobs/ package is found but the templates are not beside the study
+    monkeypatch.chdir(REPO)
+    assert cli.main(["run", str(study), "-p", "preset=tiny", "--dry-run", "--store", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "WorkflowTemplate 'bertology-study' not found" in err and "pass --templates DIR" in err
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", str(study), "-p", "preset=tiny", "--dry-run", "--store", str(tmp_path / "s"),
+                     "--templates", str(REPO / "workflows" / "templates")]) == 0
+    assert "pods; the argv of the first" in capsys.readouterr().out
+
+
+# -- the console ------------------------------------------------------------------------------------
+
+
+def test_progress_counts_cells_failures_running_steps_and_eta():
+    now = [0.0]
+    progress = Progress(clock=lambda: now[0])
+    progress.feed(RunEvent("started", "plan"))
+    assert progress.line() == "cells 0/? · running plan"
+    progress.feed(RunEvent("finished", "plan", "Succeeded"))
+    cells = tuple(f"cell({i}:c{i})" for i in range(4))
+    progress.feed(RunEvent("fanout", "cell", count=4, children=cells))
+    progress.feed(RunEvent("fanout", "cell(0:c0).inner", count=9, children=("x",)))  # nested: not a cell
+    for cell in cells[:3]:
+        progress.feed(RunEvent("started", f"{cell}.finetune"))
+    now[0] = 10.0
+    progress.feed(RunEvent("finished", f"{cells[0]}.finetune", "Succeeded"))
+    progress.feed(RunEvent("finished", cells[0], "Succeeded"))
+    progress.feed(RunEvent("finished", f"{cells[1]}.finetune", "Failed", message="exit code 1"))
+    progress.feed(RunEvent("finished", cells[1], "Failed"))
+    # 2 of 4 cells in 10 s: 10 s to go
+    assert progress.line() == "cells 2/4 · 1 failed · running cell(2:c2).finetune · ETA 10s"
+    assert [e.node for e in progress.failures] == ["cell(1:c1).finetune"]
+
+
+def test_console_plain_lines_errors_and_verbosity():
+    out, err = io.StringIO(), io.StringIO()
+    console = Console(NORMAL, out=out, err=err, tty=False, interval_s=3600)
+    console.log("[plan] planned 4 cells")  # the node log has it; not echoed by default
+    console.event(RunEvent("started", "plan"))
+    console.event(RunEvent("finished", "plan", "Failed", message="exit code 2"))
+    console.close()
+    assert "planned" not in out.getvalue()
+    assert out.getvalue().splitlines()[-1] == "cells 0/? · 0 steps running"  # the last state, once
+    assert err.getvalue() == "plan: Failed (exit code 2)\n"
+    quiet_out = io.StringIO()
+    quiet = Console(QUIET, out=quiet_out, err=io.StringIO(), tty=False)
+    quiet.event(RunEvent("started", "plan"))
+    quiet.close()
+    assert quiet_out.getvalue() == ""
