@@ -84,7 +84,15 @@ def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list
 
 
 def entry(step: str, run: Callable[[Store, argparse.Namespace], None]) -> None:
-    sys.exit(main(step, run))
+    """Run the step and end the process with its exit code. The interpreter's own shutdown is skipped
+    (os._exit once the output is flushed): under load, torch's C++ thread pools were seen to abort at
+    finalisation ("terminate called without an active exception", SIGABRT) after a step had finished and
+    published, which a pod would report as a failure. Everything a step writes is closed before it returns."""
+    code = main(step, run)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def require_spec(args: argparse.Namespace, step: str) -> dict:
