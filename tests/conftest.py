@@ -88,3 +88,20 @@ class MemorySink:
         self.states.append(to_bytes(state))
         if len(self.states) == self.kill_after:
             raise Killed
+
+
+ARGO_FIXTURES = Path(__file__).parent / "fixtures" / "argo"
+
+
+def errors_after(tmp_path: Path, change, fixture: str = "toy.yaml") -> list[str]:
+    """The validator's errors for an Argo fixture after `change` edits its (first) document."""
+    import yaml
+
+    from bertology.argo.validate import load_documents, validate_file
+
+    templates = ARGO_FIXTURES / "templates"
+    doc = load_documents(ARGO_FIXTURES / fixture if (ARGO_FIXTURES / fixture).exists() else templates / fixture)[0]
+    change(doc)
+    path = tmp_path / fixture
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return validate_file(path, templates)

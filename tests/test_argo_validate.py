@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import errors_after
 
 from bertology.argo.validate import ValidationFailed, load_documents, validate_file, validate_or_raise
 from bertology.errors import BadInput
 
 FIXTURES = Path(__file__).parent / "fixtures" / "argo"
 TEMPLATES = FIXTURES / "templates"
-
-
-def errors_after(tmp_path: Path, change: Callable[[dict], None], fixture: str = "toy.yaml") -> list[str]:
-    """The validator's errors for a fixture after `change` edits its (first) document."""
-    doc = load_documents(FIXTURES / fixture if (FIXTURES / fixture).exists() else TEMPLATES / fixture)[0]
-    change(doc)
-    path = tmp_path / fixture
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return validate_file(path, TEMPLATES)
 
 
 def main_tasks(doc: dict) -> dict[str, dict]:

@@ -5,25 +5,17 @@ Upstream sources (argoproj/argo-workflows v3.6.19 to v4.1.2, robfig/cron v3.0.1)
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import errors_after
 
 from bertology.argo.cron import CronError, load_location, parse_standard
 from bertology.argo.validate import load_documents, validate_file
 
 FIXTURES = Path(__file__).parent / "fixtures" / "argo"
 TEMPLATES = FIXTURES / "templates"
-
-
-def errors_after(tmp_path: Path, change: Callable[[dict], None], fixture: str = "toy.yaml") -> list[str]:
-    doc = load_documents(FIXTURES / fixture if (FIXTURES / fixture).exists() else TEMPLATES / fixture)[0]
-    change(doc)
-    path = tmp_path / fixture
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return validate_file(path, TEMPLATES)
 
 
 def template(doc: dict, name: str) -> dict:

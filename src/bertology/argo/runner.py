@@ -166,19 +166,28 @@ def check_supported(source: Source, spec: dict, templates: Source, library: dict
     for param in (spec.get("arguments") or {}).get("parameters") or []:
         _keys(param, "workflow parameter", f"of {source.label}, '{param.get('name')}'")
         _keys(param.get("valueFrom"), "workflow parameter valueFrom", f"of parameter '{param.get('name')}'")
+    for owner, template in reachable(spec, templates, library):
+        _template(template, f"'{template['name']}' ({owner.label})")
+
+
+def reachable(spec: dict, templates: Source, library: dict[str, Source]) -> list[tuple[Source, dict]]:
+    """Every template the entrypoint reaches, once, with the document it comes from. A task whose template
+    does not resolve is BadInput (the validator reports it first; nothing could run)."""
     seen: set[tuple[int, str]] = set()
+    out = []
     stack = [(templates, templates.template(spec["entrypoint"]))]
     while stack:
         owner, template = stack.pop()
         if (id(owner.doc), template["name"]) in seen:
             continue
         seen.add((id(owner.doc), template["name"]))
-        _template(template, f"'{template['name']}' ({owner.label})")
+        out.append((owner, template))
         for task in (template.get("dag") or {}).get("tasks") or []:
             target = resolve_task_template(task, owner, library)
-            if isinstance(target, str):  # the validator reports these; nothing to run
+            if isinstance(target, str):
                 raise BadInput(f"{owner.label}: task '{task.get('name')}': {target}")
             stack.append((target[1], target[0]))
+    return out
 
 
 def _template(template: dict, where: str) -> None:
@@ -804,7 +813,7 @@ def prepare(path: str | Path, *, params: dict[str, str], templates_dir: str | Pa
         raise BadInput(f"parallelism must be at least 1, got {parallelism}")
     caps = [c for c in (parallelism, spec.get("parallelism")) if c]
     limits = {}
-    for template in _reachable(spec, templates, library):
+    for _, template in reachable(spec, templates, library):
         for sem in semaphore_names(template):
             cm, _, key = sem.partition("/")
             configured = (semaphores or {}).get(sem, configmaps.get(cm, {}).get(key))
@@ -816,22 +825,6 @@ def prepare(path: str | Path, *, params: dict[str, str], templates_dir: str | Pa
     globals_ = {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local",
                 **{f"workflow.parameters.{k}": v for k, v in values.items()}}
     return Prepared(source, spec, templates, library, values, name, globals_, min(caps) if caps else 1 << 30, limits)
-
-
-def _reachable(spec: dict, templates: Source, library: dict[str, Source]) -> list[dict]:
-    seen, out = set(), []
-    stack = [(templates, templates.template(spec["entrypoint"]))]
-    while stack:
-        owner, template = stack.pop()
-        if template is None or (id(owner.doc), template["name"]) in seen:
-            continue
-        seen.add((id(owner.doc), template["name"]))
-        out.append(template)
-        for task in (template.get("dag") or {}).get("tasks") or []:
-            target = resolve_task_template(task, owner, library)
-            if not isinstance(target, str):
-                stack.append((target[1], target[0]))
-    return out
 
 
 def run_workflow(
