@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[demo,cluster,dev]'
+	$(PY) -m pip install -q -e '.[demo,cluster,dev,tracking]'
 	touch $(STAMP)
 
 install: $(STAMP)

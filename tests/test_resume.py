@@ -205,7 +205,7 @@ def test_execution_settings_are_not_part_of_a_run_id_and_old_ids_still_hold():
     base = RunSpec(RUN.checkpoint, RUN.dataset, Regime(lr=1e-3), seed=5)
     # The id as computed before the execution settings (checkpoint_every, log_every, compile) and the regime
     # schedule existed.
-    assert set(Regime.EXECUTION) == {"checkpoint_every", "log_every", "compile"}
+    assert set(Regime.EXECUTION) == {"checkpoint_every", "log_every", "compile", "tracker"}
     old_payload = {**base.to_dict(), "regime": {f.name: getattr(base.regime, f.name)
                                                 for f in dataclasses.fields(Regime)
                                                 if f.name not in (*Regime.EXECUTION, *Regime.SCHEDULE)}}

@@ -1,6 +1,7 @@
 """The `bertology` command: run studies locally, validate workflow YAML, build checkpoints by hand.
 
     bertology run workflows/reversed-layers.yaml -p preset=tiny [--store s3://bucket/prefix] [-f params.yaml]
+                  [--tracker wandb|mlflow|tensorboard]
     bertology studies [-o json]
     bertology validate workflows/*.yaml workflows/templates/*.yaml
     bertology checkpoint google-bert/bert-base-uncased --apply remove-layers:layers=last:6 --out ./bert-6
@@ -126,6 +127,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not workflow.is_file():
         raise BadInput(f"workflow file '{workflow}' not found")
     params = {**_parameter_file(args.parameter_file), **parse_pairs(args.p, "-p")}  # -p wins, as in Argo
+    if args.tracker is not None:
+        params["tracker"] = args.tracker
+    if params.get("tracker", "").strip():  # the steps run here, in this environment: is its library here?
+        from bertology.tracking import check
+
+        check(params["tracker"].strip())
     if "store" in params and not params["store"].strip():
         raise BadInput(f"-p store='{params['store']}' is empty (expected a store URI)")
     store = open_store(params.get("store") or _store_uri(args.store))
@@ -430,6 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dry-run", action="store_true",
                    help="run only plan, then print the argv each pod would get, as Argo substitutes it")
     r.add_argument("--show", type=int, default=3, metavar="N", help="pods shown per task with --dry-run (default 3)")
+    r.add_argument("--tracker", default=None, metavar="NAME",
+                   help="track each fine-tune in wandb, mlflow or tensorboard (sets -p tracker=NAME; default: none)")
     r.add_argument("--templates", default=None, help="WorkflowTemplate directory (default: beside the workflow)")
     r.add_argument("--no-fork-server", action="store_true",
                    help="start every step as a fresh interpreter instead of forking a warm one")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from bertology.errors import BadInput
+from bertology.tracking import check_name  # the names only: no tracking library is imported
 
 # Bump a kind's version when the code producing its artifact changes what the artifact means.
 CODE_VERSIONS = {"checkpoint": "1", "dataset": "1", "run": "1", "study": "1", "vocab": "1"}
@@ -207,6 +208,7 @@ class Regime:
     checkpoint_every: int = 1000  # steps between resume states; 0: none
     log_every: int = 50  # steps per point of the training-loss series (curves, kind "train"); 0: none
     compile: bool = False  # torch.compile the model (dynamic shapes)
+    tracker: str = ""  # experiment tracking (bertology.tracking): wandb, mlflow, tensorboard; "": none
     train_layers: str | tuple[int, ...] | None = None  # freeze: from:K, last:K or a list
     train_embeddings: bool = False  # freeze: also train the embeddings
     unfreeze_per_epoch: int = 4  # gradual-unfreeze: layers opened from the top per epoch
@@ -221,7 +223,8 @@ class Regime:
                                           "eval_every": 0, "reference": None}
     # How a run executes, not what it computes (like the device): never part of a run id, and left out of
     # to_dict at their defaults, so every id made before they existed still holds.
-    EXECUTION: ClassVar[dict[str, Any]] = {"checkpoint_every": 1000, "log_every": 50, "compile": False}
+    EXECUTION: ClassVar[dict[str, Any]] = {"checkpoint_every": 1000, "log_every": 50, "compile": False,
+                                           "tracker": ""}
 
     @classmethod
     def from_dict(cls, d: Any) -> Regime:
@@ -242,6 +245,7 @@ class Regime:
             checkpoint_every=as_int(d.get("checkpoint_every", 1000), "checkpoint_every", 0),
             log_every=as_int(d.get("log_every", 50), "log_every", 0),
             compile=as_bool(d.get("compile", False), "compile"),
+            tracker=check_name(d.get("tracker")),
             train_layers=_layers(d.get("train_layers")),
             train_embeddings=as_bool(d.get("train_embeddings", False), "train_embeddings"),
             unfreeze_per_epoch=as_int(d.get("unfreeze_per_epoch", 4), "unfreeze_per_epoch", 1),

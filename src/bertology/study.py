@@ -92,9 +92,12 @@ PARAMS: dict[str, tuple[str, str]] = {
     "bundle": ("optional-int", ""),
     # steps per point of the training-loss series (the college report's Figures 1 and 4); 0: none
     "log_every": ("int", "50"),
+    # experiment tracking of each fine-tune: wandb, mlflow or tensorboard; empty: none (never part of a run id)
+    "tracker": ("optional-str", ""),
 }
 REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
-                 "eval_every", "reference", "checkpoint_every", "log_every", "compile")
+                 "eval_every", "reference", "checkpoint_every", "log_every", "compile",
+                 "tracker")
 
 # The settings task_settings may override per task, and which spec each lands in.
 TASK_DATASET_KEYS = ("fraction", "count", "max_length", "doc_stride", "eval_count")

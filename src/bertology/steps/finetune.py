@@ -20,6 +20,7 @@ import logging
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bertology import tracking
 from bertology.results.tables import TABLES, publish
 from bertology.spec import Cell
 from bertology.steps.common import checkpoint_key, dataset_key, local_model_ref, run_key
@@ -93,9 +94,13 @@ def finetune(store: Store, cell: Cell) -> str:
         state = StoreSlots(store, state_key, log=log.info)
         log.info("run %s: %s %s on %s, seed %d (%d training rows)", run.id, cell.variant, cell.model,
                  task.name, run.seed, train_table.num_rows)
-        with store.artifact(key, {"spec": run.to_dict()}) as out:
+        tracker = tracking.start(r.tracker, store, cell)
+        with tracking.running(tracker), store.artifact(key, {"spec": run.to_dict()}) as out:
             result = train(start_dir, task, train_table, evals, hp, run.seed, out / "model", log=log.info,
-                           state=state, new_head=run.after is not None, monitor=monitor)
+                           state=state, new_head=run.after is not None, monitor=monitor,
+                           track=tracker and tracker.update)
+            if tracker is not None:  # a run without steps (regime none) has only its evaluation point
+                tracker.update(result.losses, result.curves)
             pq.write_table(curves_table(result.curves, result.losses), out / "curves.parquet")
             if monitor is not None:
                 rows = [{"reference": r.reference, **row} for row in result.monitor]

@@ -110,11 +110,13 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp: Hyper, seed: int,
              out_dir: str | Path, *, device: str | torch.device | None = None,
              log: Callable[[str], None] = print, state: StateSink | None = None, new_head: bool = False,
-             monitor: Monitor | None = None) -> FinetuneResult:
+             monitor: Monitor | None = None,
+             track: Callable[[list[dict], list[dict]], None] | None = None) -> FinetuneResult:
     """Fine-tune the model in `model_dir` on `train` (its task head freshly initialised with `new_head`),
     evaluate `evals` (split -> prepared split) at every evaluation point, save the best point's model and
     tokenizer to `out_dir`. With `state`, resume from its newest state and save one every
-    `hp.checkpoint_every` steps."""
+    `hp.checkpoint_every` steps. `track(losses, curves)` is called after every step with the series so far
+    (an experiment tracker, bertology.tracking, sends the new points)."""
     started = time.perf_counter()
     device = pick_device(device)
     if not evals:
@@ -253,6 +255,8 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
                     "best": best, "best_state": best_state,
                     "train_seconds": train_seconds + now - epoch_start, "eval_seconds": eval_seconds,
                     "elapsed": now - started})
+            if track is not None:
+                track(losses, curves)
 
     model.load_state_dict(best_state)
     model.save_pretrained(out_dir)  # safetensors (the default since transformers 4.35, the only format in 5)
