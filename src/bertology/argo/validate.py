@@ -122,12 +122,21 @@ class ValidationFailed(BadInput):
 def load_documents(path: str | Path) -> list[dict]:
     """All YAML documents of a file (empty ones dropped); each must be a mapping."""
     path = Path(path)
+    expected = "expected UTF-8 YAML: Argo Workflow, CronWorkflow or WorkflowTemplate documents"
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+    except FileNotFoundError:
+        raise BadInput(f"workflow file '{path}' not found") from None
     except OSError as e:
-        raise BadInput(f"cannot read workflow file {path}: {e.strerror}") from e
+        raise BadInput(f"cannot read workflow file '{path}': {e.strerror} ({expected})") from None
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}; "
+                       f"{expected})") from None
     except yaml.YAMLError as e:
-        raise BadInput(f"{path}: invalid YAML: {' '.join(str(e).split())}") from e
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or " ".join(str(e).split())
+        raise BadInput(f"{path}: invalid YAML{where}: {problem} ({expected})") from None
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict):
             raise BadInput(f"{path}: document {i + 1} is a {type(doc).__name__}, expected a mapping")

@@ -13,6 +13,7 @@ import os
 import polars as pl
 import pyarrow as pa
 
+from bertology.errors import BadInput
 from bertology.spec import Cell
 from bertology.store import Store, open_store
 
@@ -114,8 +115,17 @@ def scan(store_uri: str, table: str, study: str | None = None) -> pl.LazyFrame:
     >>> scan("s3://bucket/store", "runs", study="reversed-layers").collect()
     """
     if table not in TABLES:
-        raise ValueError(f"unknown results table '{table}' (known: {', '.join(TABLES)})")
-    store = open_store(store_uri)
+        raise BadInput(f"unknown results table '{table}' (known: {', '.join(TABLES)})")
+    store = open_store(store_uri)  # a bad URI: one line naming it and the schemes allowed
+    # Polars would fail later, at collect(), with a bare "no files" error: name what is missing now.
+    files = [k for k in store.list(f"results/{table}") if k.endswith(".parquet")]
+    if not files:
+        raise BadInput(f"no results in table '{table}' of store {store.uri} (none written there yet: run a "
+                       f"study with this --store, or give the store a study wrote to)")
+    studies = sorted({k.split("/")[2].removeprefix("study=") for k in files if k.count("/") >= 3})
+    if study is not None and study not in studies:
+        raise BadInput(f"no study '{study}' in table '{table}' of store {store.uri} "
+                       f"(studies there: {', '.join(studies)})")
     pattern = store.url(f"results/{table}") + (f"/study={study}/*.parquet" if study else "/**/*.parquet")
     pattern = pattern.removeprefix("file://")
     # `study` is a column of every file as well as the partition key, so the files are the source of truth.
