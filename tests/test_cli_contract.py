@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -94,12 +95,15 @@ def test_a_study_yaml_outside_the_checkout_runs_with_templates(tmp_path, capsys,
     assert code == 2 and len(err) == 1
     assert "WorkflowTemplate 'bertology-study' not found" in err[0] and "pass --templates DIR" in err[0]
     assert not store.exists()  # nothing ran
-    # with --templates it plans (a dry run: plan runs for real, the rest is printed)
+    # with --templates it plans (a dry run: plan runs for real, the rest is printed); --tracker (bertology.
+    # tracking) reaches plan as -p tracker=… through the study and step templates, into every cell finetune reads
     monkeypatch.chdir(tmp_path)
     code, out, _ = _cli(capsys, "run", study, "--templates", TEMPLATES, "--dry-run", "-p", "preset=tiny",
-                        "--store", store)
+                        "--tracker", "tensorboard", "--store", store)
     assert code == 0 and "python -m jobs.finetune" in out
-    assert list(store.glob("studies/reversed-layers/*/plan.json"))
+    (plan,) = store.glob("studies/reversed-layers/*/plan.json")
+    cells = json.loads(plan.read_text())["cells"]
+    assert cells and {c["run"]["regime"]["tracker"] for c in cells} == {"tensorboard"}
 
 
 def test_scan_errors_name_the_bad_value_and_what_is_allowed(tmp_path):

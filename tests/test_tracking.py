@@ -1,7 +1,8 @@
 """Optional experiment tracking (bertology.tracking): one tiny fine-tune per tracker, through the real finetune
 step, with each library in its own offline mode (MLflow's file store, W&B offline, TensorBoard event files);
 what each tracker holds is read back with the library's own reader and must equal the results Parquet's
-`curves` rows. A tracker is an execution setting: never part of a run id."""
+`curves` rows. A tracker is an execution setting: never part of a run id. (That `--tracker` reaches the
+plan through the workflow YAML is checked by tests/test_cli_contract.py's dry run, to run plan once.)"""
 
 from __future__ import annotations
 
@@ -169,3 +170,4 @@ def test_run_tracker_flag_checks_the_tracker_before_anything_runs(tmp_path, subp
     assert done.stderr.strip().splitlines() == [
         "error: unknown tracker 'neptune' (known: wandb, mlflow, tensorboard; empty: none)"]
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.parquet"))
+
