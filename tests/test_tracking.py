@@ -171,3 +171,27 @@ def test_run_tracker_flag_checks_the_tracker_before_anything_runs(tmp_path, subp
         "error: unknown tracker 'neptune' (known: wandb, mlflow, tensorboard; empty: none)"]
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.parquet"))
 
+
+
+def test_tensorboard_with_an_s3_store_copies_its_event_files_into_the_store(s3_bucket, tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from bertology.store import open_store
+
+    monkeypatch.delenv(tracking.DIR_ENV, raising=False)
+    store = open_store(f"s3://{s3_bucket}/store")
+    cell = _cell("tensorboard")
+    tracker = tracking.start("tensorboard", store, cell)
+    losses = [{"step": 2, "train_loss": 0.75, "lr": 1e-3}, {"step": 4, "train_loss": 0.5, "lr": 5e-4}]
+    with tracking.running(tracker):
+        tracker.update(losses[:1], [{"epoch": 1, "step": 0, "validation/accuracy": 0.25}])
+        tracker.update(losses, [{"epoch": 1, "step": 0, "validation/accuracy": 0.25}])  # only the new point
+    keys = store.list(f"tracking/tensorboard/tracked/{cell.run.id}")
+    assert keys and all(k.rsplit("/", 1)[1].startswith("events.out.tfevents.") for k in keys)
+    for key in keys:
+        (tmp_path / key.rsplit("/", 1)[1]).write_bytes(store.read_bytes(key))
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [(2, 0.75), (4, 0.5)]
+    assert [(e.step, e.value) for e in events.Scalars("validation/accuracy")] == [(0, 0.25)]
