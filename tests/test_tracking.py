@@ -151,6 +151,7 @@ def test_a_tracker_is_outside_run_ids_and_reaches_every_cell():
     plain, _ = StudySpec.from_params("reversed-layers", {"preset": "tiny"})
     assert {c.run.regime.tracker for c in spec.cells()} == {"tensorboard"}
     assert [c.run.id for c in spec.cells()] == [c.run.id for c in plain.cells()]
+    assert spec.id == plain.id  # one study, its tables and report, tracked or not
     with pytest.raises(BadInput, match=r"unknown tracker 'neptune' \(known: wandb, mlflow, tensorboard"):
         StudySpec.from_params("reversed-layers", {"tracker": "neptune"})
 

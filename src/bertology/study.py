@@ -191,7 +191,8 @@ class StudySpec:
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "bundle"}
         d["variants"] = [v.to_dict() for v in self.variants]
-        d["regime"] = self.regime.to_dict()
+        # The tracker changes no result, so not the study id either (the cells carry it to finetune).
+        d["regime"] = {k: v for k, v in self.regime.to_dict().items() if k != "tracker"}
         d["sizes"] = [{"fraction": f, "count": c} for f, c in self.sizes]
         d["intermediates"] = list(self.intermediates)
         d["not_applied"] = [list(p) for p in self.not_applied]
