@@ -33,6 +33,7 @@ BAD_INPUT = {
     "run --semaphore": (["run", str(WORKFLOW), "--semaphore", "gpu=two"], "--semaphore 'gpu=two'"),
     "validate": (["validate", "{tmp}/missing.yaml"], "workflow file '{tmp}/missing.yaml' not found"),
     "studies": (["studies", "--dir", "{tmp}/nowhere"], "workflows directory '{tmp}/nowhere' not found"),
+    "studies (not UTF-8)": (["studies", "--dir", "{tmp}/latin1"], "{tmp}/latin1/x.yaml: not UTF-8 text (byte 0xe9"),
     "interventions": (["interventions", "-o", "xml"], "invalid choice: 'xml' (choose from 'text', 'json')"),
     "checkpoint": (["checkpoint", "tiny:bert", "--apply", "flip-layers", "--out", "{tmp}/out"],
                    "intervention 'flip-layers' is unknown; allowed: reverse-layers"),
@@ -45,6 +46,8 @@ BAD_INPUT = {
 @pytest.mark.parametrize("case", list(BAD_INPUT))
 def test_every_command_exits_2_with_one_line_naming_the_bad_value(case, tmp_path, capsys):
     args, named = BAD_INPUT[case]
+    (tmp_path / "latin1").mkdir()
+    (tmp_path / "latin1" / "x.yaml").write_bytes("kind: Workflow # caf\xe9\n".encode("latin-1"))
     code, _, err = _cli(capsys, *[a.format(tmp=tmp_path) for a in args])
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error: ") and named.format(tmp=tmp_path) in err[0], err

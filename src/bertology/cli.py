@@ -352,7 +352,10 @@ def study_entry(path: Path) -> dict | None:
     import yaml
 
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if isinstance(d, dict)]
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}; "
+                       f"a workflow file is UTF-8 YAML)") from None
     except yaml.YAMLError as e:
         raise BadInput(f"{path}: not YAML: {str(e).splitlines()[0]}") from None
     doc = next((d for d in docs if d.get("kind") in ("Workflow", "CronWorkflow")), None)
