@@ -123,9 +123,12 @@ def load_documents(path: str | Path) -> list[dict]:
     """All YAML documents of a file (empty ones dropped); each must be a mapping."""
     path = Path(path)
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     except OSError as e:
         raise BadInput(f"cannot read workflow file {path}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
+                       "allowed: YAML in UTF-8") from None
     except yaml.YAMLError as e:
         raise BadInput(f"{path}: invalid YAML: {' '.join(str(e).split())}") from e
     for i, doc in enumerate(docs):
