@@ -247,41 +247,40 @@ def test_a_bad_command_line_is_refused_before_any_step(tmp, capsys, argv, must):
     assert (tmp / "a-file").read_text() == "not a directory"
 
 
-def _bertology(args: list[str], env: dict, user: int | None = None) -> subprocess.CompletedProcess:
-    def drop_privileges():  # pragma: no cover (runs in the child)
-        os.setgid(user)
-        os.setuid(user)
-
-    return subprocess.run([sys.executable, "-m", "bertology.cli", *args], check=False, capture_output=True, text=True,
-                          env=env, cwd=env["HOME"], timeout=240,
-                          preexec_fn=drop_privileges if user is not None else None)
+def _bertology(args: list[str], env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bertology.cli", *args], check=False, capture_output=True,
+                          text=True, env=env, cwd=env["HOME"], timeout=300)
 
 
-RUNS = [  # the observed bugs, end to end through `bertology run`
+RUNS = [  # two observed bugs end to end through `bertology run` (the rest are rows above, in-process)
     ("preset-hid-lr", ["-p", "lr=-1"], ["plan: error:", "lr", "(0.0, 1.0]"]),
     ("max-length-crashed-evaluate", ["-p", "max_length=100000"], ["plan: error:", "100000", "8..128"]),
-    ("preset-hid-model", ["-p", 'models=["./no/such/dir"]'], ["plan: error:", "no/such/dir", "not found"]),
 ]
 
 
 def test_bertology_run_refuses_in_plan_with_one_line(tmp, subprocess_env):
-    """`bertology run` itself (a plan pod's exit 2 becomes the run's, its one line the only one on stderr),
-    and a read-only store directory (as an unprivileged user when the tests run as root)."""
+    """`bertology run` itself: the plan pod's exit 2 becomes the run's, and its one line is the only one on
+    stderr (the progress display does not echo a bad input's failure a second time)."""
     env = {**subprocess_env, "HOME": str(tmp), "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
-    readonly = tmp / "readonly"
-    readonly.mkdir(mode=0o555)
-    jobs = [(["run", str(WORKFLOW), "-p", "preset=tiny", *args, "--store", str(tmp / name)], None)
-            for name, args, _ in RUNS]
-    nobody = 65534 if os.geteuid() == 0 else None
-    tmp.chmod(0o777)  # the unprivileged user's HOME and working directory
-    jobs.append((["run", str(WORKFLOW), "-p", "preset=tiny", "--store", str(readonly)], nobody))
+    jobs = [["run", str(WORKFLOW), "-p", "preset=tiny", *args, "--store", str(tmp / name)] for name, args, _ in RUNS]
     with ThreadPoolExecutor(len(jobs)) as pool:
-        results = list(pool.map(lambda job: _bertology(job[0], env, job[1]), jobs))
-    for (name, _, must), result in zip(RUNS, results, strict=False):
+        results = list(pool.map(lambda job: _bertology(job, env), jobs))
+    for (name, _, must), result in zip(RUNS, results, strict=True):
         assert result.returncode == 2, (name, result.stdout[-2000:], result.stderr[-2000:])
         _one_line(result.stderr, must, tmp)
         _untouched(tmp, tmp / name)
-    readonly_run = results[-1]
-    assert readonly_run.returncode == 2, readonly_run.stderr
-    _one_line(readonly_run.stderr, [str(readonly), "not writable", "allowed:"], tmp)
-    assert not any(readonly.iterdir())
+
+
+def test_a_read_only_store_directory_is_refused_before_any_step(tmp, capsys):
+    """A directory this process cannot write: mode 0555, or, for root (who may write any mode), a directory
+    of a file system root cannot write either."""
+    readonly = tmp / "readonly"
+    readonly.mkdir(mode=0o555)
+    if os.geteuid() == 0:
+        readonly = Path("/proc/sys")
+        if os.access(readonly, os.W_OK):
+            pytest.skip("running as root with no directory root cannot write")
+    store = readonly / "bertology-store"
+    assert cli.main(["run", str(WORKFLOW), "-p", "preset=tiny", "--store", str(store)]) == 2
+    _one_line(capsys.readouterr().err, [str(readonly), "not writable", "allowed: a writable directory"], tmp)
+    assert not store.exists()
