@@ -184,9 +184,10 @@ def load_config(ref: ModelRef) -> PretrainedConfig:
     if ref.kind == "tiny":
         return tiny_config(ref.location)
     check_model_ref(ref)
+    source = _source(ref)
     with _hub_errors(ref):
         try:
-            config = AutoConfig.from_pretrained(_source(ref), revision=ref.revision, trust_remote_code=False)
+            config = AutoConfig.from_pretrained(source, revision=ref.revision, trust_remote_code=False)
         except (ValueError, TypeError) as e:  # a config.json whose values transformers refuses
             raise BadInput(f"model {str(ref)!r}: config.json is not a valid config ({_first_line(e)})") from None
     return require_bert(config, str(ref))
