@@ -284,3 +284,15 @@ def test_a_read_only_store_directory_is_refused_before_any_step(tmp, capsys):
     assert cli.main(["run", str(WORKFLOW), "-p", "preset=tiny", "--store", str(store)]) == 2
     _one_line(capsys.readouterr().err, [str(readonly), "not writable", "allowed: a writable directory"], tmp)
     assert not store.exists()
+
+
+@pytest.mark.parametrize(("store", "must"), [("", ["empty store URI", "s3://BUCKET"]),
+                                             ("  ", ["empty store URI", "file://PATH"]),
+                                             ("{tmp}/a-file", ["a-file", "is a file", "writable directory"])],
+                         ids=["empty", "blank", "a-file"])
+def test_the_plan_pod_refuses_an_unusable_store(tmp, capsys, store, must):
+    """`python -m jobs.plan --store …` as Argo starts it: an empty URI is not the default ./.bertology."""
+    argv = ["--store", _fill(store, tmp), "--study", "reversed-layers", "--param", "preset=tiny"]
+    assert harness.main("plan", plan.run, argv) == 2
+    _one_line(capsys.readouterr().err, must, tmp)
+    _untouched(tmp, tmp / "store")
