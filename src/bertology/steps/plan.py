@@ -44,7 +44,8 @@ def validate(spec: StudySpec, changes: list[str] | None = None) -> StudySpec:
     Returns the spec with every intervention's defaults filled in, so that `reinit` and
     `reinit {scope: all}` are one checkpoint with one id. Under a stand-in preset (tiny, demo) a variant
     the smaller stand-in model cannot take (layer 11 of a 4-layer model: TooSmall) is dropped and listed
-    in `changes`; with the paper preset it is an error like any other.
+    in `changes`, unless it fits no BERT at all (layer 99); with the paper preset it is an error like any
+    other. Local data files are read here in full, and max_length is checked against each model.
     """
     for task in (*spec.tasks, *spec.intermediates):
         tasks.check_data(tasks.get_task(task), spec.source)
