@@ -21,7 +21,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertology.errors import BadInput
-from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Intervention, Regime, RunSpec, content_id
+from bertology.spec import (
+    Cell,
+    CheckpointSpec,
+    DatasetSpec,
+    Intervention,
+    Regime,
+    RunSpec,
+    as_float,
+    as_int,
+    content_id,
+)
 from bertology.variants import Variant, parse_variants
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -296,8 +306,6 @@ def _check_values(values: dict[str, Any]) -> None:
     """Each value as the user gave it, by the rules of the spec it lands in (Regime, DatasetSpec, model
     references), before a preset replaces any: a wrong value is refused whether or not a preset would have
     overridden it, so a typo is never hidden by `preset=tiny` and then run for real later."""
-    from bertology.spec import as_float, as_int
-
     Regime.from_dict({"name": values["regime"], **{k: values[k] for k in REGIME_PARAMS}})
     as_int(values["max_length"], "max_length", 8)
     if values["fraction"] is not None:
