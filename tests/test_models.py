@@ -200,7 +200,15 @@ def test_hub_ids_go_straight_to_from_pretrained_without_remote_code(monkeypatch)
 
 
 def test_hub_failures_become_bad_input_or_transient(monkeypatch):
-    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+    """README "Bad input": the hub said no (missing or gated repo, missing file), or offline mode forbids
+    the download -> bad input; the hub could not be reached (and nothing is cached) -> transient."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
 
     def raising(cause):
         def from_pretrained(*args, **kwargs):
@@ -209,14 +217,23 @@ def test_hub_failures_become_bad_input_or_transient(monkeypatch):
         return from_pretrained
 
     ref = parse_model_ref("org/missing-model")
-    response = SimpleNamespace(headers={}, request=None)  # all the error reads of an HTTP response
-    monkeypatch.setattr(
-        models.AutoConfig, "from_pretrained", raising(RepositoryNotFoundError("404", response=response))
-    )
-    assert "not found or not accessible" in bad_input(load_config, ref)
+
+    def response(status):  # all the error reads of an HTTP response
+        return SimpleNamespace(headers={}, request=None, status_code=status)
+
+    monkeypatch.setattr(models, "is_offline_mode", lambda: False)
+    for cause, expected in ((RepositoryNotFoundError("404", response=response(404)), "not found or not accessible"),
+                            (GatedRepoError("403", response=response(403)), "is gated"),
+                            (RemoteEntryNotFoundError("404 config.json", response=response(404)), "lacks a file")):
+        monkeypatch.setattr(models.AutoConfig, "from_pretrained", raising(cause))
+        assert expected in bad_input(load_config, ref)
+    for cause in (LocalEntryNotFoundError("unreachable"), HfHubHTTPError("503", response=response(503))):
+        monkeypatch.setattr(models.AutoConfig, "from_pretrained", raising(cause))
+        with pytest.raises(Transient, match="unreachable"):
+            load_config(ref)
+    monkeypatch.setattr(models, "is_offline_mode", lambda: True)  # HF_HUB_OFFLINE=1: a retry cannot help
     monkeypatch.setattr(models.AutoConfig, "from_pretrained", raising(LocalEntryNotFoundError("offline")))
-    with pytest.raises(Transient, match="unreachable"):
-        load_config(ref)
+    assert "HF_HUB_OFFLINE=1 forbids downloading it" in bad_input(load_config, ref)
 
 
 # ---------------------------------------------------------------- loading, the tiny BERT, saving

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from bertology.errors import EXIT_BAD_INPUT, BadInput, BertologyError
-from bertology.store import DEFAULT_ROOT, open_store
+from bertology.store import DEFAULT_ROOT, check_writable_dir, open_store
 
 STORE_ENV = "BERTOLOGY_STORE"
 TEMPLATES_HINT = "pass --templates DIR (the WorkflowTemplates, e.g. a checkout's workflows/templates)"
@@ -81,7 +81,10 @@ def _parameter_file(path: str | None) -> dict[str, str]:
     if not file.is_file():
         raise BadInput(f"parameter file '{path}' not found")
     try:
-        data = yaml.safe_load(file.read_text())
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise BadInput(f"parameter file '{path}' is not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                       f"{e.start}); allowed: YAML or JSON in UTF-8") from None
     except yaml.YAMLError as e:
         raise BadInput(f"parameter file '{path}' is not YAML/JSON: {str(e).splitlines()[0]}") from None
     if data is None:
@@ -136,6 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if "store" in params and not params["store"].strip():
         raise BadInput(f"-p store='{params['store']}' is empty (expected a store URI)")
     store = open_store(params.get("store") or _store_uri(args.store))
+    store.check_writable()
     params["store"] = store.uri
     templates = Path(args.templates) if args.templates else workflow.resolve().parent / "templates"
     if args.templates and not templates.is_dir():
@@ -146,6 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not sep or "/" not in name or not limit.isdigit() or int(limit) < 1:
             raise BadInput(f"--semaphore {pair!r}: expected CONFIGMAP/KEY=N with N >= 1 (e.g. bertology-semaphores/gpu=2)")
         semaphores[name] = int(limit)
+    _mark_explicit(workflow, params, templates)
     if args.dry_run:
         return _dry_run(workflow, params, templates, args, semaphores)
     project_root = _project_root(workflow, Path(args.templates) if args.templates else None)
@@ -182,6 +187,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     if report is not None:
         print(f"report: {report}", flush=True)
     return result.exit_code
+
+
+def _mark_explicit(workflow: Path, params: dict[str, str], templates: Path) -> None:
+    """Tell plan which study parameters the user set (-p, -f): a preset leaves them as set (study
+    parameter `explicit`). Only for a workflow that declares `explicit`, and never over the user's own."""
+    from bertology.argo.runner import prepare
+    from bertology.study import NOT_EXPLICIT, PARAMS
+
+    named = sorted(name for name in params if name in PARAMS and name not in NOT_EXPLICIT)
+    if not named or "explicit" in params:
+        return
+    try:
+        declared = prepare(workflow, params=params, templates_dir=templates).values
+    except BadInput as e:
+        raise _with_hint(e, templates) from None
+    if "explicit" in declared:
+        params["explicit"] = json.dumps(named)
 
 
 def _stop(signum, frame) -> None:
@@ -305,6 +327,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
     quiet_libraries()
     out = Path(args.out)
+    check_writable_dir(out, f"--out '{out}'")  # the rule of a local store: a directory we can write
     if out.exists() and any(out.iterdir()):
         raise BadInput(f"output directory '{out}' exists and is not empty (choose a new --out)")
     spec = CheckpointSpec.from_dict({"model": args.base, "interventions": [parse_apply(a) for a in args.apply],

@@ -18,6 +18,7 @@ import time
 from typing import TextIO
 
 from bertology.argo.runner import RunEvent
+from bertology.errors import EXIT_BAD_INPUT
 
 QUIET, NORMAL, VERBOSE = -1, 0, 1
 FAILED = ("Failed", "Error")
@@ -132,7 +133,9 @@ class Console:
 
     def event(self, event: RunEvent) -> None:
         with self._lock:
-            if self.progress.feed(event) and self.verbosity < VERBOSE:
+            # a bad input (exit 2) is not echoed here: `bertology run` ends with the step's one-line error
+            # naming the bad value, so a refused study leaves exactly that line on stderr
+            if self.progress.feed(event) and self.verbosity < VERBOSE and event.exit_code != EXIT_BAD_INPUT:
                 self._write_error(f"{event.node}: {event.phase}" + (f" ({event.message})" if event.message else ""))
             if self._bar is not None:
                 self._draw()

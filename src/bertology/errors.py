@@ -21,7 +21,8 @@ class BadInput(BertologyError):
 
 class TooSmall(BadInput):
     """A layer or head selection beyond the model's depth or width: valid for a deeper model. The tiny and
-    demo presets drop such variants (their stand-in models are smaller than the report's) and say so."""
+    demo presets drop such variants (their stand-in models are smaller than the report's) and say so, but
+    refuse one that fits no BERT either (steps.plan._beyond_every_bert)."""
 
 
 class Transient(BertologyError):

@@ -16,8 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-from safetensors import safe_open
+from huggingface_hub.constants import is_offline_mode
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from safetensors import SafetensorError, safe_open
 from torch import nn
 from transformers import (
     AutoConfig,
@@ -148,12 +156,27 @@ def check_model_ref(ref: ModelRef) -> None:
 
 
 def _check_model_dir(path: Path) -> None:
+    """A local checkpoint: a directory with a readable BERT-family config.json and safetensors weights."""
     if not (path / "config.json").is_file():
         raise BadInput(
             f"model directory '{path}' not found (expected an HF-format directory with config.json)"
         )
     if not any(path.glob("*.safetensors")) and not (path / "model.safetensors.index.json").is_file():
-        raise BadInput(f"model directory '{path}' has no safetensors weights; only *.safetensors are loaded")
+        pickles = sorted(p.name for p in path.glob("*.bin")) + sorted(p.name for p in path.glob("*.pt*"))
+        found = f" (found {', '.join(pickles)}: pickle checkpoints are refused, they can run code)" if pickles else ""
+        raise BadInput(f"model directory '{path}' has no safetensors weights{found}; only *.safetensors are loaded")
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadInput(f"model directory '{path}': config.json is not valid JSON ({e}); expected an HF-format "
+                       f"config of a BERT-family model (model_type {', '.join(MODEL_TYPES)})") from None
+    _require_model_type(config.get("model_type") if isinstance(config, dict) else None, f"directory '{path}'")
+    for file in sorted(path.glob("*.safetensors")):  # the headers only: a truncated or foreign file fails here
+        try:
+            _keys(file)
+        except (SafetensorError, OSError) as e:
+            raise BadInput(f"model directory '{path}': {file.name} is not a readable safetensors file "
+                           f"({_first_line(e)}); expected weights written by save_pretrained") from None
 
 
 def load_config(ref: ModelRef) -> PretrainedConfig:
@@ -161,19 +184,29 @@ def load_config(ref: ModelRef) -> PretrainedConfig:
     if ref.kind == "tiny":
         return tiny_config(ref.location)
     check_model_ref(ref)
+    source = _source(ref)
     with _hub_errors(ref):
-        config = AutoConfig.from_pretrained(_source(ref), revision=ref.revision, trust_remote_code=False)
+        try:
+            config = AutoConfig.from_pretrained(source, revision=ref.revision, trust_remote_code=False)
+        except (ValueError, TypeError) as e:  # a config.json whose values transformers refuses
+            raise BadInput(f"model {str(ref)!r}: config.json is not a valid config ({_first_line(e)})") from None
     return require_bert(config, str(ref))
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def require_bert(config: PretrainedConfig, name: str) -> PretrainedConfig:
     """Refuse any architecture but BERT and DistilBERT by name, before weights load."""
-    if config.model_type not in MODEL_TYPES:
-        raise BadInput(
-            f"model {name!r} has model_type {config.model_type!r}; only BERT-family models are "
-            f"supported (model_type {', '.join(repr(t) for t in MODEL_TYPES)})"
-        )
+    _require_model_type(config.model_type, repr(name))
     return config
+
+
+def _require_model_type(model_type, name: str) -> None:
+    if model_type not in MODEL_TYPES:
+        raise BadInput(f"model {name} has model_type {model_type!r}; only BERT-family models are "
+                       f"supported (model_type {', '.join(repr(t) for t in MODEL_TYPES)})")
 
 
 def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[nn.Module, PreTrainedTokenizerFast]:
@@ -307,8 +340,11 @@ def _source(ref: ModelRef) -> str:
 
 @contextmanager
 def _hub_errors(ref: ModelRef) -> Iterator[None]:
-    """Turn the hub's failures into our two kinds: a missing repo or revision is BadInput (never retried),
-    an unreachable hub with nothing cached is Transient (retried)."""
+    """Turn the hub's failures into our two kinds (README "Bad input"):
+    - the hub answered no: a missing or gated repo, a missing revision or file -> BadInput (never retried);
+    - offline mode (HF_HUB_OFFLINE=1) and the model is not cached -> BadInput: the setting forbids the
+      download, so a retry cannot help, and whether the model exists cannot be known offline;
+    - the hub could not be reached (connection error, timeout, 5xx, 429) with nothing cached -> Transient."""
     try:
         yield
     except OSError as exc:
@@ -318,9 +354,24 @@ def _hub_errors(ref: ModelRef) -> Iterator[None]:
         while cause is not None and len(causes) < 10:
             causes.append(cause)
             cause = cause.__cause__ or cause.__context__
+        name = str(ref)
+        if any(isinstance(c, GatedRepoError) for c in causes):
+            raise BadInput(f"hub model {name!r} is gated: accept its terms on the hub and set HF_TOKEN") from exc
         if any(isinstance(c, (RepositoryNotFoundError, RevisionNotFoundError)) for c in causes):
-            message = f"hub model {str(ref)!r} not found or not accessible (check the id and revision)"
-            raise BadInput(message) from exc
-        if any(isinstance(c, (LocalEntryNotFoundError, ConnectionError, TimeoutError)) for c in causes):
-            raise Transient(f"hub model {str(ref)!r}: the hub is unreachable and it is not cached") from exc
+            raise BadInput(f"hub model {name!r} not found or not accessible (check the id and revision; a "
+                           "private model needs HF_TOKEN)") from exc
+        if any(isinstance(c, RemoteEntryNotFoundError) for c in causes):
+            raise BadInput(f"hub model {name!r} lacks a file it needs ({_first_line(exc)}); expected an "
+                           "HF-format BERT with config.json, safetensors weights and a tokenizer") from exc
+        if any(isinstance(c, LocalEntryNotFoundError) for c in causes) and is_offline_mode():
+            raise BadInput(f"hub model {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 "
+                           "forbids downloading it (download it first, or unset HF_HUB_OFFLINE)") from exc
+        if any(isinstance(c, (LocalEntryNotFoundError, ConnectionError, TimeoutError)) for c in causes) or any(
+                isinstance(c, HfHubHTTPError) and _status(c) in (429, 500, 502, 503, 504) for c in causes):
+            raise Transient(f"hub model {name!r}: the hub is unreachable and it is not cached") from exc
         raise
+
+
+def _status(error: HfHubHTTPError) -> int | None:
+    response = getattr(error, "response", None)
+    return getattr(response, "status_code", None)

@@ -34,8 +34,9 @@ class Missing(BadInput):
 
 
 def open_store(uri: str | None) -> Store:
-    """`file://…`, a plain path, or `s3://bucket[/prefix]`; anything else is refused by name."""
-    uri = (uri or DEFAULT_ROOT).strip()
+    """`file://…`, a plain path, or `s3://bucket[/prefix]`; anything else is refused by name. None means
+    the default root; an empty or blank URI is refused (it is a mistake, not a request for the default)."""
+    uri = DEFAULT_ROOT if uri is None else uri.strip()
     if not uri:
         raise BadInput("empty store URI (allowed: file://PATH, a local path, s3://BUCKET[/PREFIX])")
     parsed = urlparse(uri)
@@ -45,11 +46,26 @@ def open_store(uri: str | None) -> Store:
         return S3Store(parsed.netloc, parsed.path.strip("/"))
     if parsed.scheme == "file":
         path = parsed.netloc + parsed.path if parsed.netloc not in ("", "localhost") else parsed.path
+        if not path:
+            raise BadInput(f"store URI '{uri}' has no path (expected file:///ABSOLUTE/PATH or file://RELATIVE/PATH)")
         return LocalStore(Path(path))
     if parsed.scheme and len(parsed.scheme) > 1:  # one letter would be a Windows drive
         raise BadInput(f"unsupported store URI scheme '{parsed.scheme}' in '{uri}' "
                        "(allowed: file://PATH, a local path, s3://BUCKET[/PREFIX])")
     return LocalStore(Path(uri))
+
+
+def check_writable_dir(path: Path, what: str) -> None:
+    """`path` must be a directory this process can write, or creatable inside one: a path that is a file,
+    or a read-only directory, is bad input (exit 2), not a traceback half-way through a step."""
+    existing = path.expanduser().absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    allowed = "allowed: a writable directory, or a new path inside one"
+    if not existing.is_dir():
+        raise BadInput(f"{what} cannot be used: '{existing}' is a file, not a directory ({allowed})")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInput(f"{what} cannot be used: directory '{existing}' is not writable ({allowed})")
 
 
 def _join(*parts: str) -> str:
@@ -70,6 +86,10 @@ class Store:
     def delete_prefix(self, prefix: str) -> None: raise NotImplementedError
     def _publish_dir(self, local: Path, prefix: str) -> None: raise NotImplementedError
     def _fetch_dir(self, prefix: str) -> Path: raise NotImplementedError
+
+    def check_writable(self) -> None:
+        """Refuse, before any work, a store that cannot take artifacts (a step that writes calls it first).
+        Nothing to check cheaply on S3: a refused write is mapped to BadInput where it happens."""
 
     # -- conveniences -----------------------------------------------------------------------------
     def url(self, key: str = "") -> str:
@@ -126,6 +146,9 @@ class LocalStore(Store):
 
     def _path(self, key: str) -> Path:
         return self.root / key
+
+    def check_writable(self) -> None:
+        check_writable_dir(self.root, f"store '{self.uri}'")
 
     def exists(self, key: str) -> bool:
         return self._path(key).exists()

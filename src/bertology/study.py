@@ -21,7 +21,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertology.errors import BadInput
-from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Intervention, Regime, RunSpec, content_id
+from bertology.spec import (
+    Cell,
+    CheckpointSpec,
+    DatasetSpec,
+    Intervention,
+    Regime,
+    RunSpec,
+    as_float,
+    as_int,
+    content_id,
+)
 from bertology.variants import Variant, parse_variants
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -94,7 +104,11 @@ PARAMS: dict[str, tuple[str, str]] = {
     "log_every": ("int", "50"),
     # experiment tracking of each fine-tune: wandb, mlflow or tensorboard; empty: none (never part of a run id)
     "tracker": ("optional-str", ""),
+    # the parameters the submitter set by hand (-p, -f): a preset leaves them as set. `bertology run` fills
+    # it in; with argo submit, list them yourself, e.g. -p explicit='["lr"]'
+    "explicit": ("json-list", "[]"),
 }
+NOT_EXPLICIT = ("preset", "explicit")  # what `explicit` cannot name
 REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
                  "eval_every", "reference", "checkpoint_every", "log_every", "compile",
                  "tracker")
@@ -139,6 +153,12 @@ class StudySpec:
         preset = values["preset"]
         if preset not in PRESETS:
             raise BadInput(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
+        explicit = set(values.pop("explicit"))
+        wrong = sorted(explicit - (set(PARAMS) - set(NOT_EXPLICIT)))
+        if wrong:
+            raise BadInput(f"parameter 'explicit' names '{wrong[0]}', which is not a study parameter a preset "
+                           f"sets (allowed: {', '.join(k for k in PARAMS if k not in NOT_EXPLICIT)})")
+        _check_values(values)  # every value as given, before a preset replaces any
         if values["sizes"] and (values["fraction"] is not None or values["count"] is not None):
             raise BadInput(f"give sizes or a single fraction/count, not both (sizes={_show(raw.get('sizes'))}, "
                            f"fraction={values['fraction']}, count={values['count']})")
@@ -147,13 +167,16 @@ class StudySpec:
                            f"(fraction={values['fraction']}, count={values['count']})")
         task_settings = _check_task_settings(values["task_settings"], [*values["tasks"], *values["intermediates"]])
         not_applied = _identity_swaps(values["models"], parse_variants(values["variants"], raw.get("variants", "")))
-        changes = _apply_preset(preset, values)
-        task_settings = {task: v for task, v in _preset_task_settings(preset, task_settings, changes).items()
+        changes = _apply_preset(preset, values, explicit)
+        if "task_settings" not in explicit:
+            task_settings = _preset_task_settings(preset, task_settings, changes)
+        task_settings = {task: v for task, v in task_settings.items()
                          if task in (*values["tasks"], *values["intermediates"])}  # a preset may drop tasks
-        limits = PRESET_LIMITS.get(preset, {})
-        variants = _stand_in_variants(preset, parse_variants(values["variants"], raw.get("variants", ""),
-                                                             limits.get("grid")), changes)
-        if values["reference"] is not None:
+        limits = {k: v for k, v in PRESET_LIMITS.get(preset, {}).items() if k not in explicit}
+        variants = parse_variants(values["variants"], raw.get("variants", ""), limits.get("grid"))
+        if "variants" not in explicit:
+            variants = _stand_in_variants(preset, variants, changes)
+        if values["reference"] is not None and "reference" not in explicit:
             values["reference"] = stand_in(preset, values["reference"], "reference", changes)
         regime = Regime.from_dict({"name": values["regime"], **{k: values[k] for k in REGIME_PARAMS}})
         sizes = values["sizes"] or ((values["fraction"], values["count"]),)
@@ -283,11 +306,42 @@ def check_study_name(name: str) -> None:
         raise BadInput(f"study name '{name}' must be letters, digits and '-' (e.g. reversed-layers)")
 
 
-def _apply_preset(preset: str, values: dict[str, Any]) -> list[str]:
-    """Overwrite `values` with the preset's settings and limits; the changes, as lines for the log."""
-    changes = []
+def _check_values(values: dict[str, Any]) -> None:
+    """Each value as the user gave it, by the rules of the spec it lands in (Regime, DatasetSpec, model
+    references), before a preset replaces any: a wrong value is refused whether or not a preset would have
+    overridden it, so a typo is never hidden by `preset=tiny` and then run for real later."""
+    Regime.from_dict({"name": values["regime"], **{k: values[k] for k in REGIME_PARAMS}})
+    as_int(values["max_length"], "max_length", 8)
+    if values["fraction"] is not None:
+        as_float(values["fraction"], "fraction", 0.0, 1.0, low_open=True)
+    for key in ("count", "eval_count", "doc_stride"):
+        if values[key] is not None:
+            as_int(values[key], key, 1)
+    as_int(values["subset_seed"], "subset_seed", 0)
+    for seed in values["seeds"]:
+        as_int(seed, "seed", 0)
+    check_model_refs((*values["models"], *([values["reference"]] if values["reference"] else [])))
+
+
+def check_model_refs(refs) -> None:
+    """Each model reference well formed and, for a local directory or package, present (no hub lookup)."""
+    from bertology import models  # torch and transformers: only where a study is planned
+
+    for text in refs:
+        ref = models.parse_model_ref(text)
+        if ref.kind not in ("store", "tiny"):
+            models.check_model_ref(ref)
+
+
+def _apply_preset(preset: str, values: dict[str, Any], explicit: set[str] = frozenset()) -> list[str]:
+    """Overwrite `values` with the preset's settings and limits, except those set by hand (`explicit`);
+    the changes, as lines for the log."""
+    changes = [f"{key}: kept as set ({_show(values[key])})" for key in sorted(explicit)
+               if key in PRESETS[preset] or key in PRESET_LIMITS.get(preset, {})]
     for key, value in PRESETS[preset].items():
-        if key == "count" and (values["sizes"] or values["fraction"] is not None):
+        if key in explicit:
+            continue
+        if key == "count" and (values["sizes"] or values["fraction"] is not None or "sizes" in explicit):
             continue  # the study's own size factor stands (the tiny preset keeps its first entries)
         if values[key] != value and not (isinstance(value, list) and list(values[key]) == value):
             changes.append(f"{key}: {_show(values[key])} -> {_show(value)}")
@@ -296,11 +350,11 @@ def _apply_preset(preset: str, values: dict[str, Any]) -> list[str]:
     if preferred in values["tasks"] and values["tasks"][0] != preferred:
         values["tasks"] = [preferred, *(t for t in values["tasks"] if t != preferred)]
     for key, limit in PRESET_LIMITS.get(preset, {}).items():
-        if key in values and len(values[key]) > limit:
+        if key in values and key not in explicit and len(values[key]) > limit:
             changes.append(f"{key}: {_show(values[key])} -> {_show(values[key][:limit])} (first {limit})")
             values[key] = values[key][:limit]
     grids = [v for v in values["variants"] if isinstance(v, dict) and "grid" in v]
-    if grids and "grid" in PRESET_LIMITS.get(preset, {}):
+    if grids and "grid" in PRESET_LIMITS.get(preset, {}) and "variants" not in explicit:
         changes.append(f"variant grids: first {PRESET_LIMITS[preset]['grid']} rows of each")
     return changes
 

@@ -308,6 +308,7 @@ class RunEvent:
     count: int = 0
     message: str = ""
     children: tuple[str, ...] = ()  # fanout: the children's node names
+    exit_code: int | None = None  # finished: the container's exit code (None: not a container, or none)
 
 
 class _NodeError(Exception):
@@ -378,7 +379,7 @@ class _Run:
     def record(self, node: NodeResult) -> NodeResult:
         with self._lock:
             self.nodes[node.name] = node
-        self.notify(RunEvent("finished", node.name, node.phase, message=node.message))
+        self.notify(RunEvent("finished", node.name, node.phase, message=node.message, exit_code=node.exit_code))
         return node
 
     def node_dir(self, name: str) -> Path:

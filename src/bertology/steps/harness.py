@@ -69,6 +69,7 @@ def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list
         if args.spec is not None:
             args.spec = parse_json_arg(args.spec, "--spec")
         store = open_store(args.store)
+        store.check_writable()  # every step writes: a file or a read-only directory is refused up front
         run(store, args)
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr, flush=True)

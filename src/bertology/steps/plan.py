@@ -12,6 +12,8 @@ import dataclasses
 import json
 import logging
 
+from transformers import BertConfig
+
 from bertology import tasks
 from bertology.errors import BadInput, TooSmall
 from bertology.interventions import chain_config, validate_chain
@@ -28,6 +30,9 @@ from bertology.variants import Variant
 
 log = logging.getLogger("bertology")
 
+# BERT-large: the deepest BERT of Google's release and of any report here (bound of _beyond_every_bert).
+DEEPEST_BERT = {"num_hidden_layers": 24, "num_attention_heads": 16, "hidden_size": 1024, "intermediate_size": 4096}
+
 # What a cell must have published for a study before plan can leave it out of the fan-out.
 CELL_TABLES = ("runs", "curves", "weight_distance")
 
@@ -39,10 +44,11 @@ def validate(spec: StudySpec, changes: list[str] | None = None) -> StudySpec:
     Returns the spec with every intervention's defaults filled in, so that `reinit` and
     `reinit {scope: all}` are one checkpoint with one id. Under a stand-in preset (tiny, demo) a variant
     the smaller stand-in model cannot take (layer 11 of a 4-layer model: TooSmall) is dropped and listed
-    in `changes`; with the paper preset it is an error like any other.
+    in `changes`, unless it fits no BERT at all (layer 99); with the paper preset it is an error like any
+    other. Local data files are read here in full, and max_length is checked against each model.
     """
     for task in (*spec.tasks, *spec.intermediates):
-        tasks.check_source(tasks.get_task(task), spec.source)
+        tasks.check_data(tasks.get_task(task), spec.source)
     variants, dropped = [], []
     for variant in spec.variants:
         try:
@@ -50,12 +56,44 @@ def validate(spec: StudySpec, changes: list[str] | None = None) -> StudySpec:
         except TooSmall as e:
             if spec.preset == "paper":
                 raise
+            beyond = _beyond_every_bert(spec, variant)
+            if beyond is not None:
+                raise BadInput(f"variant '{variant.name}': {beyond} (no BERT has more: the deepest, BERT-large, "
+                               f"has {DEEPEST_BERT['num_hidden_layers']} layers of "
+                               f"{DEEPEST_BERT['num_attention_heads']} heads)") from None
             dropped.append(e)
             if changes is not None:
                 changes.append(f"variant '{variant.name}' dropped: {e}")
     if not variants:
         raise dropped[0]
     return dataclasses.replace(spec, variants=tuple(variants))
+
+
+def _beyond_every_bert(spec: StudySpec, variant: Variant) -> str | None:
+    """Why a variant the stand-in model is too small for fits no BERT either (reinit of layer 99), or None.
+
+    Under a preset the study's own model is replaced before plan sees it, and its depth cannot be read
+    offline (a hub config), so the bound is the deepest BERT any study could use: BERT-large. A selection
+    that fits BERT-large but not the study's real model is still dropped under the preset and refused with
+    the paper preset, where the real model's config is read."""
+    config = BertConfig(**DEEPEST_BERT)
+    try:
+        chain = validate_chain([step.to_dict() for step in variant.interventions], config)
+        Schedule.of(spec.regime_of(variant)).check(chain_config(chain, config).num_hidden_layers)
+    except TooSmall as e:
+        return str(e)
+    return None
+
+
+def _check_length(spec: StudySpec, model: str, config) -> None:
+    """max_length (the study's and each task's own) must fit the model's position embeddings."""
+    limit = getattr(config, "max_position_embeddings", None)
+    for task in (None, *spec.task_settings):
+        length = spec.task_settings.get(task, {}).get("max_length", spec.max_length)
+        if limit is not None and length > limit:
+            where = "max_length" if task is None else f"task_settings '{task}' max_length"
+            raise BadInput(f"{where} {length} is more than model {model!r} takes (allowed: 8..{limit}, its "
+                           f"max_position_embeddings)")
 
 
 def _validate_variant(spec: StudySpec, variant: Variant) -> Variant:
@@ -65,6 +103,7 @@ def _validate_variant(spec: StudySpec, variant: Variant) -> Variant:
     chain: list[dict] = []
     for model in dict.fromkeys(spec.model_of(m, variant) for m in spec.models):
         config = model_config(model)
+        _check_length(spec, model, config)
         chain = validate_chain([step.to_dict() for step in variant.interventions], config)
         after = chain_config(chain, config)
         schedule.check(after.num_hidden_layers)

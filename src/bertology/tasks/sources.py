@@ -98,6 +98,17 @@ def check_source(task: Task | str, source: str, splits: tuple[str, ...] | None =
                                f"(task {task.name} needs it for split {split})")
 
 
+def check_data(task: Task | str, source: str) -> None:
+    """Read every split of a local source (glue-dir, files) through the loader prepare-data uses, so a
+    malformed TSV, a wrong header or an empty file is refused by plan, before any work is stored. Hub and
+    synthetic data are not read here (the hub needs the network; synthetic data is the project's own)."""
+    task = get_task(task)
+    check_source(task, source)
+    if parse_source(source)[0] in ("glue-dir", "files"):
+        for split in task.splits:
+            load_split(task, source, split)
+
+
 def load_split(task: Task | str, source: str, split: str) -> datasets.Dataset:
     """One split of `task` from `source` as a Dataset with columns text_a, [text_b], label."""
     task = get_task(task)
@@ -226,7 +237,10 @@ def _from_tsv(task: Task, path: Path) -> dict[str, list]:
     with open(path, encoding="utf-8-sig", newline="") as f:
         rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
         if task.tsv_header:
-            header = next(rows, None) or []
+            header = next(rows, None)
+            if header is None:
+                raise BadInput(f"{path}: empty file (expected a GLUE TSV: a header with "
+                               f"{', '.join(task.tsv_columns)}, then rows of {task.name} examples)")
             missing = [c for c in task.tsv_columns if c not in header]
             if missing:
                 raise BadInput(f"{path}:1: header has no column {missing[0]!r} (header: {', '.join(header)})")
