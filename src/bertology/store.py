@@ -13,7 +13,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bertology import chaos, leftovers
 from bertology.errors import BadInput, Transient
 
 MARKER = "_SUCCESS.json"
@@ -50,6 +50,16 @@ def open_store(uri: str | None) -> Store:
         raise BadInput(f"unsupported store URI scheme '{parsed.scheme}' in '{uri}' "
                        "(allowed: file://PATH, a local path, s3://BUCKET[/PREFIX])")
     return LocalStore(Path(uri))
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (os.umask sets it, racing other threads)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        status = Path("/proc/self/status").read_text()
+        return int(next(line for line in status.splitlines() if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _join(*parts: str) -> str:
@@ -103,12 +113,15 @@ class Store:
         On an exception nothing is published, and any unfinished leftovers under `prefix` from an
         earlier crash are cleared before the new files go in.
         """
-        staging = Path(tempfile.mkdtemp(prefix="bertology-stage-"))
+        staging = leftovers.make("stage")  # named for this pid: a later run sweeps it if this one is killed
         try:
             yield staging
+            chaos.point("staged")
             self.delete_prefix(prefix)  # unfinished leftovers of a crashed attempt
             self._publish_dir(staging, prefix)
+            chaos.point("published")
             self.write_json(_join(prefix, MARKER), {"finished_at": time.time(), **(info or {})})
+            chaos.point("marked")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
@@ -161,7 +174,11 @@ class LocalStore(Store):
     def _publish_dir(self, local: Path, prefix: str) -> None:
         target = self._path(prefix)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(local, target, dirs_exist_ok=True)
+        # new files get the umask's mode, as any file a user writes (a team can read a shared store); the
+        # staging directory is private (mkdtemp: 0700) and some writers make 0600 files
+        shutil.copytree(local, target, dirs_exist_ok=True, copy_function=shutil.copyfile)
+        for directory in [target, *(p for p in target.rglob("*") if p.is_dir())]:
+            os.chmod(directory, 0o777 & ~_umask())
 
     def _fetch_dir(self, prefix: str) -> Path:
         return self._path(prefix)

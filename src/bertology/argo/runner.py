@@ -61,6 +61,7 @@ from bertology.argo.validate import (
     task_dependencies,
     validate_or_raise,
 )
+from bertology.argo.zygote import die_with_parent
 from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput
 
 # --- what the local runner supports ----------------------------------------------------------------------
@@ -617,10 +618,11 @@ class _Run:
             try:
                 if self.zygote is not None and argv[0] == sys.executable and argv[1:2] == ["-m"]:
                     process = self.zygote.spawn(argv[2], argv[3:], env, self.project_root)
-                else:  # its own process group, as a pod: terminate() reaches the step's children too
+                else:  # its own process group, as a pod: terminate() reaches the step's children too;
+                    # it dies with the runner, as a pod with its node (a kill of the runner's group misses it)
                     process = subprocess.Popen(argv, cwd=self.project_root, env=env, stdout=subprocess.PIPE,
                                                stderr=subprocess.STDOUT, text=True, errors="replace",
-                                               start_new_session=True)
+                                               start_new_session=True, preexec_fn=die_with_parent)  # noqa: PLW1509 - takes no lock
             except OSError as e:
                 log_file.write(f"cannot start: {e}\n")
                 return "Error", None, f"cannot start {argv[0]!r}: {e.strerror or e}"
