@@ -192,10 +192,13 @@ def _host_run(tmp_path: Path, script: str) -> subprocess.CompletedProcess:
 def test_a_host_step_dies_with_its_runner(tmp_path):
     # the step kills its runner's process group (not its own: steps lead their own groups, as pods), then
     # would write `late` 2 s on; it must die with the runner instead (PR_SET_PDEATHSIG)
-    done = _host_run(tmp_path, "echo $$ > pid; kill -KILL -$(cut -d' ' -f5 /proc/$PPID/stat); sleep 2; touch late")
+    # with the step's own child (a pod's whole sandbox goes: the Reaper kills the step's group)
+    done = _host_run(tmp_path, "sleep 30 & echo $! > child; echo $$ > pid; "
+                               "kill -KILL -$(cut -d' ' -f5 /proc/$PPID/stat); sleep 2; touch late")
     assert done.returncode == -signal.SIGKILL, done
     time.sleep(0.5)
     assert not _alive(int((tmp_path / "pid").read_text())), "the step outlived its runner"
+    assert not _alive(int((tmp_path / "child").read_text())), "the step's child outlived the runner"
     time.sleep(2.5)
     assert not (tmp_path / "late").exists(), "the step went on after its runner died"
 
