@@ -1,7 +1,7 @@
 """Whole-study kills heal: a tiny study SIGKILLed at named points, then rerun, equals a run never killed.
 
-One baseline run, then a chain of runs of the same study into a second store, each killed at the next
-kill point (bertology.chaos: deterministic points in the step harness and Store.artifact, no timers),
+A baseline run, and beside it a chain of runs of the same study into a second store, each killed at the
+next kill point (bertology.chaos: deterministic points in the step harness and Store.artifact, no timers),
 and a last run that completes. Kill points cover plan, prepare-data, build-checkpoint, finetune,
 evaluate, analyze and aggregate, and "between a step's files and its marker" (`published`). Single-step
 kills (SIGKILL as an OOM kill, SIGTERM as an eviction) with the runner alive are retried by the YAML's
@@ -69,20 +69,27 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _run(store: Path, env: dict[str, str], chaos: list[str] = (), once: Path | None = None) -> subprocess.CompletedProcess:
+def _start(store: Path, env: dict[str, str], chaos: list[str] = (), once: Path | None = None) -> subprocess.Popen:
     """`bertology run` of the study in a session of its own (its pid is its process group)."""
     env = dict(env)
     if chaos:
         env.update(BERTOLOGY_CHAOS=",".join(chaos), BERTOLOGY_CHAOS_ONCE=str(once))
-    process = subprocess.Popen([sys.executable, "-m", "bertology.cli", "run", *STUDY, "--store", str(store),
-                                "--max-backoff", "0"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen([sys.executable, "-m", "bertology.cli", "run", *STUDY, "--store", str(store),
+                             "--max-backoff", "0"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _finish(process: subprocess.Popen) -> subprocess.CompletedProcess:
     try:
-        out, _ = process.communicate(timeout=300)
+        out, _ = process.communicate(timeout=600)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     return subprocess.CompletedProcess(process.args, process.returncode, out, "")
+
+
+def _run(store: Path, env: dict[str, str], chaos: list[str] = (), once: Path | None = None) -> subprocess.CompletedProcess:
+    return _finish(_start(store, env, chaos, once))
 
 
 def _snapshot(store: Path) -> dict:
@@ -102,18 +109,13 @@ def _snapshot(store: Path) -> dict:
     return {"keys": keys, "tables": tables, "hashes": hashes}
 
 
-@pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("baseline")
-    done = _run(tmp / "store", _env(tmp))
-    assert done.returncode == 0, done.stdout[-3000:]
-    return _snapshot(tmp / "store")
-
-
-def test_whole_study_kills_heal_to_the_baseline(baseline, tmp_path):
+def test_whole_study_kills_heal_to_the_baseline(tmp_path):
     env, store, once = _env(tmp_path), tmp_path / "store", tmp_path / "once"
     once.mkdir()
     started = time.monotonic()
+    # the baseline runs beside the chain (a second core), in a directory of its own
+    (tmp_path / "baseline").mkdir()
+    base_run = _start(tmp_path / "baseline" / "store", _env(tmp_path / "baseline"))
     for chaos in CHAIN:
         killed = _run(store, env, chaos, once)
         fired = {p.name: int(p.read_text() or 0) for p in once.iterdir()}
@@ -133,7 +135,9 @@ def test_whole_study_kills_heal_to_the_baseline(baseline, tmp_path):
     workdir = Path(done.stdout.split("step logs in ", 1)[1].split(")", 1)[0])
     aggregate = json.loads((workdir / "status.json").read_text())["nodes"]["aggregate"]
     assert aggregate["attempts"] == 3, aggregate  # SIGKILL (137), then SIGTERM (75), each retried
-    healed = _snapshot(store)
+    base_done = _finish(base_run)
+    assert base_done.returncode == 0, base_done.stdout[-3000:]
+    baseline, healed = _snapshot(tmp_path / "baseline" / "store"), _snapshot(store)
     assert healed["keys"] == baseline["keys"]  # no staged, temporary or unfinished object anywhere
     assert healed["hashes"] == baseline["hashes"]  # every model and dataset, byte for byte
     assert healed["tables"].keys() == baseline["tables"].keys()
