@@ -2,10 +2,12 @@
 
 A process killed by SIGKILL cleans nothing up. Each temporary directory of ours is named
 `bertology-<kind>-<pid>-…` in $TMPDIR: `stage` (an artifact's files before they are published; at BERT-base
-size, model files), `zygote` (the fork server's socket) and `run` (a local run's step logs). `sweep()`, at
-the start of every `bertology run` and every step, removes the stage and zygote directories of processes
-that no longer exist, and keeps only the newest KEEP_RUNS work directories of finished runs (their logs are
-what you read after a failure). A directory of a live process, or of another user, is never touched.
+size, model files), `zygote` (the fork server's socket) and `run` (a local run's step logs). `sweep()` at
+the start of every `bertology run` removes the stage and zygote directories of processes that no longer
+exist and keeps only the newest KEEP_RUNS work directories of finished runs (their logs are what you read
+after a failure); every step sweeps stage directories. A directory of a live process, or of another user,
+is never touched. (A pid is only meaningful within one pid namespace: containers that share a $TMPDIR
+but not their pids should not share it with a local run.)
 """
 
 from __future__ import annotations
