@@ -116,25 +116,30 @@ def test_whole_study_kills_heal_to_the_baseline(tmp_path):
     # the baseline runs beside the chain (a second core), in a directory of its own
     (tmp_path / "baseline").mkdir()
     base_run = _start(tmp_path / "baseline" / "store", _env(tmp_path / "baseline"))
-    for chaos in CHAIN:
-        killed = _run(store, env, chaos, once)
-        fired = {p.name: int(p.read_text() or 0) for p in once.iterdir()}
-        assert all(c in fired for c in chaos), (chaos, sorted(fired), killed.stdout[-2000:])
-        assert killed.returncode == -signal.SIGKILL, (chaos, killed.returncode, killed.stdout[-2000:])
-        # the killer, and with it every step, is gone at once: nothing lives on to publish later
-        unfinished = [d for d in store.glob("*/*") if d.is_dir() and not (d / "_SUCCESS.json").exists()]
-        time.sleep(1.0)
-        assert not _alive(fired[chaos[-1]]), f"{chaos[-1]}: the step outlived its runner"
-        if chaos[-1].endswith(":runner"):
-            assert unfinished, "the runner died between a checkpoint's files and its marker"
-            time.sleep(3.0)
-            assert not any((d / "_SUCCESS.json").exists() for d in unfinished), "a step published after its runner died"
-    done = _run(store, env, LAST, once)
-    assert done.returncode == 0, done.stdout[-3000:]
-    assert all(c in {p.name for p in once.iterdir()} for c in LAST)
-    workdir = Path(done.stdout.split("step logs in ", 1)[1].split(")", 1)[0])
-    aggregate = json.loads((workdir / "status.json").read_text())["nodes"]["aggregate"]
-    assert aggregate["attempts"] == 3, aggregate  # SIGKILL (137), then SIGTERM (75), each retried
+    try:
+        for chaos in CHAIN:
+            killed = _run(store, env, chaos, once)
+            fired = {p.name: int(p.read_text() or 0) for p in once.iterdir()}
+            assert all(c in fired for c in chaos), (chaos, sorted(fired), killed.stdout[-2000:])
+            assert killed.returncode == -signal.SIGKILL, (chaos, killed.returncode, killed.stdout[-2000:])
+            # the killer, and with it every step, is gone at once: nothing lives on to publish later
+            unfinished = [d for d in store.glob("*/*") if d.is_dir() and not (d / "_SUCCESS.json").exists()]
+            time.sleep(1.0)
+            assert not _alive(fired[chaos[-1]]), f"{chaos[-1]}: the step outlived its runner"
+            if chaos[-1].endswith(":runner"):
+                assert unfinished, "the runner died between a checkpoint's files and its marker"
+                time.sleep(3.0)
+                assert not any((d / "_SUCCESS.json").exists() for d in unfinished), "a step published after its runner died"
+        done = _run(store, env, LAST, once)
+        assert done.returncode == 0, done.stdout[-3000:]
+        assert all(c in {p.name for p in once.iterdir()} for c in LAST)
+        workdir = Path(done.stdout.split("step logs in ", 1)[1].split(")", 1)[0])
+        aggregate = json.loads((workdir / "status.json").read_text())["nodes"]["aggregate"]
+        assert aggregate["attempts"] == 3, aggregate  # SIGKILL (137), then SIGTERM (75), each retried
+    except BaseException:  # a failure above must not leave the baseline running (its steps die with it)
+        os.killpg(base_run.pid, signal.SIGKILL)
+        base_run.wait()
+        raise
     base_done = _finish(base_run)
     assert base_done.returncode == 0, base_done.stdout[-3000:]
     baseline, healed = _snapshot(tmp_path / "baseline" / "store"), _snapshot(store)
