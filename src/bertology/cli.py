@@ -25,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bertology import leftovers
 from bertology.errors import EXIT_BAD_INPUT, BadInput, BertologyError
 from bertology.store import DEFAULT_ROOT, check_writable_dir, open_store
 
@@ -111,13 +112,23 @@ def _with_hint(error: BadInput, templates: Path) -> BadInput:
 
 
 def _step_errors(result, workdir: Path) -> list[str]:
-    """The one-line `error: …` each failed step printed, so the cause ends the output."""
+    """Each failed step's cause, so it ends the output: the last `error: …` line the step printed; for a
+    step that failed otherwise (a transient error after every retry, a kill, a deadline) the runner's
+    message, the attempts, and the step's last `transient error …` line (else its last line)."""
     lines = []
     for node in result.nodes.values():
         log = workdir / node.name / "log.txt"
-        if node.phase in ("Failed", "Error") and log.exists():
-            errors = [x for x in log.read_text(errors="replace").splitlines() if x.startswith("error: ")]
-            lines.append(f"{node.name}: {errors[-1] if errors else node.message or node.phase}")
+        if node.phase not in ("Failed", "Error") or not log.exists():
+            continue
+        printed = [x for x in log.read_text(errors="replace").splitlines() if x.strip() and not x.startswith("--- ")]
+        errors = [x for x in printed if x.startswith("error: ")]
+        if errors:
+            lines.append(f"{node.name}: {errors[-1]}")
+            continue
+        cause = ([x for x in printed if x.startswith("transient error")] or printed or [""])[-1]
+        cause = cause.replace("transient error (will be retried)", "transient error")  # it was, in vain
+        tries = f" ({node.attempts} attempts)" if node.attempts > 1 else ""
+        lines.append(f"{node.name}: " + ": ".join(filter(None, [(node.message or node.phase) + tries, cause])))
     return lines
 
 
@@ -154,7 +165,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(workflow, params, templates, args, semaphores)
     project_root = _project_root(workflow, Path(args.templates) if args.templates else None)
-    workdir = Path(tempfile.mkdtemp(prefix=f"bertology-run-{workflow.stem}-"))
+    leftovers.sweep()  # what killed runs left in $TMPDIR; the newest work directories are kept
+    workdir = leftovers.make("run", workflow.stem)
     print(f"bertology run {workflow} (store {store.uri}, step logs in {workdir})", flush=True)
     console = Console(VERBOSE if args.verbose else QUIET if args.quiet else NORMAL)
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -13,7 +13,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bertology import chaos, leftovers
 from bertology.errors import BadInput, Transient
 
 MARKER = "_SUCCESS.json"
@@ -66,6 +66,14 @@ def check_writable_dir(path: Path, what: str) -> None:
         raise BadInput(f"{what} cannot be used: '{existing}' is a file, not a directory ({allowed})")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise BadInput(f"{what} cannot be used: directory '{existing}' is not writable ({allowed})")
+def _umask() -> int:
+    """This process's umask, read without changing it (os.umask sets it, racing other threads)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        status = Path("/proc/self/status").read_text()
+        return int(next(line for line in status.splitlines() if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _join(*parts: str) -> str:
@@ -123,12 +131,15 @@ class Store:
         On an exception nothing is published, and any unfinished leftovers under `prefix` from an
         earlier crash are cleared before the new files go in.
         """
-        staging = Path(tempfile.mkdtemp(prefix="bertology-stage-"))
+        staging = leftovers.make("stage")  # named for this pid: a later run sweeps it if this one is killed
         try:
             yield staging
+            chaos.point("staged")
             self.delete_prefix(prefix)  # unfinished leftovers of a crashed attempt
             self._publish_dir(staging, prefix)
+            chaos.point("published")
             self.write_json(_join(prefix, MARKER), {"finished_at": time.time(), **(info or {})})
+            chaos.point("marked")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
@@ -184,7 +195,11 @@ class LocalStore(Store):
     def _publish_dir(self, local: Path, prefix: str) -> None:
         target = self._path(prefix)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(local, target, dirs_exist_ok=True)
+        # new files get the umask's mode, as any file a user writes (a team can read a shared store); the
+        # staging directory is private (mkdtemp: 0700) and some writers make 0600 files
+        shutil.copytree(local, target, dirs_exist_ok=True, copy_function=shutil.copyfile)
+        for directory in [target, *(p for p in target.rglob("*") if p.is_dir())]:
+            os.chmod(directory, 0o777 & ~_umask())
 
     def _fetch_dir(self, prefix: str) -> Path:
         return self._path(prefix)

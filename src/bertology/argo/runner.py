@@ -49,6 +49,7 @@ from bertology.argo.expressions import (
     evaluate_depends,
     task_names,
 )
+from bertology.argo.reaper import Reaper
 from bertology.argo.retries import Attempt, RetryError, RetryStrategy, exit_code
 from bertology.argo.substitution import SubstitutionError, item_scope, render
 from bertology.argo.validate import (
@@ -61,6 +62,7 @@ from bertology.argo.validate import (
     task_dependencies,
     validate_or_raise,
 )
+from bertology.argo.zygote import die_with_parent
 from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput
 
 # --- what the local runner supports ----------------------------------------------------------------------
@@ -360,6 +362,7 @@ class _Run:
         self.nodes: dict[str, NodeResult] = {}
         self.processes: set = set()
         self.zygote = None  # a bertology.argo.zygote.Zygote when python -m steps fork from a warm interpreter
+        self.reaper: Reaper | None = None  # kills the running steps' groups if this process dies
         self.dry_run = False  # run only the steps whose outputs the DAG needs (plan); the others are recorded
         self.pods: list[PodCall] = []  # every container node's argv, in the order they were reached
         self._item_values: dict[str, dict[str, str]] = {}  # fan-out child -> the item variables it used
@@ -618,13 +621,16 @@ class _Run:
             try:
                 if self.zygote is not None and argv[0] == sys.executable and argv[1:2] == ["-m"]:
                     process = self.zygote.spawn(argv[2], argv[3:], env, self.project_root)
-                else:  # its own process group, as a pod: terminate() reaches the step's children too
+                else:  # its own process group, as a pod: terminate() reaches the step's children too;
+                    # it dies with the runner, as a pod with its node (a kill of the runner's group misses it)
                     process = subprocess.Popen(argv, cwd=self.project_root, env=env, stdout=subprocess.PIPE,
                                                stderr=subprocess.STDOUT, text=True, errors="replace",
-                                               start_new_session=True)
+                                               start_new_session=True, preexec_fn=die_with_parent)  # noqa: PLW1509 - takes no lock
             except OSError as e:
                 log_file.write(f"cannot start: {e}\n")
                 return "Error", None, f"cannot start {argv[0]!r}: {e.strerror or e}"
+            if self.reaper is not None:
+                self.reaper.watch(process.pid)
             with self._lock:
                 self.processes.add(process)
                 stopped = self.stopping
@@ -653,6 +659,8 @@ class _Run:
                     timer.cancel()
                 with self._lock:
                     self.processes.discard(process)
+                if self.reaper is not None:
+                    self.reaper.forget(process.pid)
         if expired.is_set():
             return "Failed", code, "Pod was active on the node longer than the specified deadline"
         if code == 0:
@@ -865,6 +873,7 @@ def run_workflow(
     sems = ", ".join(f"{k}={v}" for k, v in sorted(prepared.semaphores.items()))
     run.emit(prepared.name, f"running {path} locally (at most {prepared.parallelism} containers at once"
                             + (f"; semaphores {sems}" if sems else "") + f"; node directories under {workdir})")
+    run.reaper = Reaper()
     if fork_server:
         from bertology.argo.zygote import Zygote
 
@@ -878,6 +887,7 @@ def run_workflow(
     finally:
         if run.zygote is not None:
             run.zygote.close()
+        run.reaper.close()
     code = 0
     if root.phase != "Succeeded":
         codes = {n.exit_code for n in run.nodes.values() if n.phase in FAILED and n.exit_code is not None}

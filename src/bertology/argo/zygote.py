@@ -12,7 +12,8 @@ its output pipe (SCM_RIGHTS). The zygote forks a waiter, which forks the step, r
 
 Stopping: the runner stops steps by their process group and then kills the server. Nothing is left
 behind even when the runner dies without cleaning up (SIGKILL, a crash): the server, each waiter and
-each step ask the kernel for a signal when their parent dies (PR_SET_PDEATHSIG), and the server ignores
+each step ask the kernel for SIGKILL when their parent dies (PR_SET_PDEATHSIG: a step leads a process
+group of its own, which a kill of the runner's group does not reach), and the server ignores
 SIGINT (a Ctrl-C in the terminal reaches its process group; the runner decides what stops).
 
 Caveat: variables that libraries read at import time come from the environment the zygote was started
@@ -28,9 +29,10 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
+
+from bertology import leftovers
 
 PRELOAD = ("torch", "transformers", "datasets", "polars", "pyarrow.parquet", "sklearn.metrics", "boto3",
            "bertology.steps.plan", "bertology.steps.prepare_data", "bertology.steps.build_checkpoint",
@@ -40,15 +42,28 @@ PRELOAD = ("torch", "transformers", "datasets", "polars", "pyarrow.parquet", "sk
 PRELOAD_ATTRS = ("AutoConfig", "AutoTokenizer", "AutoModel", "AutoModelForSequenceClassification", "BertModel")
 
 
-def _die_with_parent(sig: int) -> None:
-    """Ask Linux to send `sig` when the parent exits (a no-op elsewhere); exit now if it already has."""
-    parent = os.getppid()
+def _prctl():
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+
+
+_PRCTL = _prctl()  # resolved before any fork: a forked child of a threaded parent only calls it
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send `sig` when the parent exits (a no-op elsewhere); exit now if it already has.
+
+    Also a `preexec_fn`: a step started with its own process group is not reached by a kill of the
+    runner's group, so without this a step outlived a SIGKILLed runner and published its artifact. The
+    "parent" is the thread that forked: the runner's thread that starts a step waits for it."""
+    parent = os.getppid()
+    if _PRCTL is None:
         return
+    _PRCTL(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the parent died before the request took effect
         os._exit(1)
 
@@ -64,7 +79,7 @@ def _run_step(request: dict, out_fd: int) -> None:
     code = 1
     try:
         os.setpgid(0, 0)  # own process group: terminate() reaches the step and its children
-        _die_with_parent(signal.SIGTERM)  # the waiter was killed: stop as a step stops on SIGTERM
+        die_with_parent(signal.SIGKILL)  # the waiter died with the server or the runner: the pod is gone
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         os.dup2(out_fd, 1)
@@ -110,7 +125,7 @@ def _serve_one(conn: socket.socket) -> None:
 
 def serve(path: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the runner's to handle
-    _die_with_parent(signal.SIGKILL)
+    die_with_parent(signal.SIGKILL)
     for name in PRELOAD:
         __import__(name)
     import transformers
@@ -127,7 +142,7 @@ def serve(path: str) -> None:
         if os.fork() == 0:
             server.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the waiter must be able to wait for its step
-            _die_with_parent(signal.SIGKILL)
+            die_with_parent(signal.SIGKILL)
             code = 0
             try:
                 _serve_one(conn)
@@ -170,7 +185,7 @@ class Zygote:
     """Starts the server in the background at once; `spawn` waits for it to be ready."""
 
     def __init__(self, project_root: Path):
-        self._dir = tempfile.mkdtemp(prefix="bertology-zygote-")
+        self._dir = str(leftovers.make("zygote"))  # swept by a later run if this one is SIGKILLed
         self.path = os.path.join(self._dir, "sock")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(project_root), *filter(None, [os.environ.get("PYTHONPATH")])]))

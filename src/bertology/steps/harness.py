@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bertology import chaos, leftovers
 from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput, BertologyError, Transient
 from bertology.spec import parse_json_arg
 from bertology.steps import planned
@@ -61,6 +62,8 @@ def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
                         format=f"%(asctime)s {step} %(message)s", datefmt="%H:%M:%S")
     signal.signal(signal.SIGTERM, _on_sigterm)
+    chaos.step = step
+    leftovers.sweep(("stage",))  # staged files of a step killed earlier on this machine
     start = time.time()
     try:
         p = parser(step)
@@ -70,7 +73,9 @@ def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list
             args.spec = parse_json_arg(args.spec, "--spec")
         store = open_store(args.store)
         store.check_writable()  # every step writes: a file or a read-only directory is refused up front
+        chaos.point("start")
         run(store, args)
+        chaos.point("end")
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT

@@ -1,0 +1,60 @@
+"""Kill every running step's process group when the runner dies, however it dies (SIGKILL included).
+
+Each step leads a process group of its own (as a pod is its own sandbox), so a kill of the runner's group
+does not reach it. PR_SET_PDEATHSIG (zygote.die_with_parent) takes the step itself down with its parent,
+but not the step's own children (a shell's `sleep`, a data loader's workers): on a cluster the pod's
+whole sandbox goes. The reaper is a small process in a session of its own that the runner tells, over a
+pipe, which groups are running (`+PGID` / `-PGID` lines). When the pipe closes (the runner exited or was
+killed: the kernel closes its end), the reaper SIGKILLs the groups still listed and exits. It costs one
+bare interpreter start (no imports beyond os, signal and sys).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+_CODE = """
+import os, signal, sys
+groups = set()
+for line in sys.stdin:
+    sign, pgid = line[0], int(line[1:])
+    (groups.add if sign == "+" else groups.discard)(pgid)
+for pgid in groups:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class Reaper:
+    def __init__(self):
+        self._process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _CODE], stdin=subprocess.PIPE,
+                                         text=True, start_new_session=True)
+        self._lock = threading.Lock()
+
+    def _say(self, line: str) -> None:
+        with self._lock:
+            try:
+                self._process.stdin.write(line + "\n")  # type: ignore[union-attr]
+                self._process.stdin.flush()  # type: ignore[union-attr]
+            except (BrokenPipeError, ValueError, OSError):  # the reaper is gone: PDEATHSIG still holds
+                pass
+
+    def watch(self, pgid: int) -> None:
+        self._say(f"+{pgid}")
+
+    def forget(self, pgid: int) -> None:
+        self._say(f"-{pgid}")
+
+    def close(self) -> None:
+        """The run ended: every step has ended too, so the reaper exits without killing anything."""
+        with self._lock:
+            try:
+                self._process.stdin.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+        self._process.wait()
+
