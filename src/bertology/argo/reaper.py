@@ -1,7 +1,7 @@
 """Kill every running step's process group when the runner dies, however it dies (SIGKILL included).
 
 Each step leads a process group of its own (as a pod is its own sandbox), so a kill of the runner's group
-does not reach it. PR_SET_PDEATHSIG (zygote.die_with_parent) takes the step itself down with its parent,
+does not reach it. PR_SET_PDEATHSIG (parent_death.die_with_parent) takes the step itself down with its parent,
 but not the step's own children (a shell's `sleep`, a data loader's workers): on a cluster the pod's
 whole sandbox goes. The reaper is a small process in a session of its own that the runner tells, over a
 pipe, which groups are running (`+PGID` / `-PGID` lines). When the pipe closes (the runner exited or was

@@ -49,6 +49,7 @@ from bertology.argo.expressions import (
     evaluate_depends,
     task_names,
 )
+from bertology.argo.parent_death import die_with_parent
 from bertology.argo.reaper import Reaper
 from bertology.argo.retries import Attempt, RetryError, RetryStrategy, exit_code
 from bertology.argo.substitution import SubstitutionError, item_scope, render
@@ -62,7 +63,6 @@ from bertology.argo.validate import (
     task_dependencies,
     validate_or_raise,
 )
-from bertology.argo.zygote import die_with_parent
 from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput
 
 # --- what the local runner supports ----------------------------------------------------------------------

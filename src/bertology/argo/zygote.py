@@ -33,6 +33,7 @@ import threading
 from pathlib import Path
 
 from bertology import leftovers
+from bertology.argo.parent_death import die_with_parent
 
 PRELOAD = ("torch", "transformers", "datasets", "polars", "pyarrow.parquet", "sklearn.metrics", "boto3",
            "bertology.steps.plan", "bertology.steps.prepare_data", "bertology.steps.build_checkpoint",
@@ -40,32 +41,6 @@ PRELOAD = ("torch", "transformers", "datasets", "polars", "pyarrow.parquet", "sk
            "bertology.steps.aggregate")
 # Classes transformers resolves lazily; touching them here moves their import cost into the zygote.
 PRELOAD_ATTRS = ("AutoConfig", "AutoTokenizer", "AutoModel", "AutoModelForSequenceClassification", "BertModel")
-
-
-def _prctl():
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux
-        return None
-
-
-_PRCTL = _prctl()  # resolved before any fork: a forked child of a threaded parent only calls it
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """Ask Linux to send `sig` when the parent exits (a no-op elsewhere); exit now if it already has.
-
-    Also a `preexec_fn`: a step started with its own process group is not reached by a kill of the
-    runner's group, so without this a step outlived a SIGKILLed runner and published its artifact. The
-    "parent" is the thread that forked: the runner's thread that starts a step waits for it."""
-    parent = os.getppid()
-    if _PRCTL is None:
-        return
-    _PRCTL(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os._exit(1)
 
 
 def _send_json(conn: socket.socket, obj: dict) -> None:
