@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -96,13 +97,14 @@ class Chromium:
                  timeout: float = 60.0):
         import websocket  # websocket-client: a dev dependency, needed only here
 
+        executable = executable or find_chromium()
         self.width, self.height, self.timeout = width, height, timeout
         self._profile = Path(tempfile.mkdtemp(prefix="bertology-chromium-"))
         self._log = (self._profile.parent / f"{self._profile.name}.log").open("w+b")
         self._proc = subprocess.Popen(
-            [executable or find_chromium(), *FLAGS, f"--user-data-dir={self._profile}",
+            [executable, *FLAGS, f"--user-data-dir={self._profile}",
              "--remote-debugging-port=0", f"--window-size={width},{height}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log)
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, start_new_session=True)
         self._id = 0
         self._events: list[dict] = []
         try:
@@ -125,7 +127,7 @@ class Chromium:
         return self._log.read().decode(errors="replace")[-2000:]
 
     def _send(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
-        """One command; the events that arrive before its answer are kept for `_take_events`."""
+        """One command; the events that arrive before its answer are kept for `open` to read."""
         self._id += 1
         message = {"id": self._id, "method": method, "params": params or {}}
         if session:
@@ -190,8 +192,8 @@ class Chromium:
             self._ws.close()
         try:
             self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
+        except subprocess.TimeoutExpired:  # its own process group: the renderers and GPU process go too
+            os.killpg(self._proc.pid, signal.SIGKILL)
             self._proc.wait()
         self._log.close()
         Path(self._log.name).unlink(missing_ok=True)
