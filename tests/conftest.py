@@ -105,3 +105,21 @@ def errors_after(tmp_path: Path, change, fixture: str = "toy.yaml") -> list[str]
     path = tmp_path / fixture
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return validate_file(path, templates)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for the session (bertology.browser), or None when BERTOLOGY_NO_BROWSER=1 says
+    to leave the real-browser checks out. Without that, a missing Chromium fails the tests that use it:
+    `make test` installs it (`make chromium`), so CI always runs them."""
+    if os.environ.get("BERTOLOGY_NO_BROWSER") == "1":
+        yield None
+        return
+    from bertology.browser import BrowserMissing, Chromium
+
+    try:
+        chromium = Chromium()
+    except BrowserMissing as e:
+        pytest.fail(f"{e} (or set BERTOLOGY_NO_BROWSER=1 to leave the browser checks out)")
+    with chromium:
+        yield chromium

@@ -73,6 +73,18 @@ def _pods_get_only_plain_tokens_from_items(stdout: str) -> None:
                 assert TOKEN.fullmatch(value), (pod["node"], flag, value)
 
 
+def _report_renders_in_a_browser(browser, report: Path) -> None:
+    """In headless Chromium (tests/conftest.py's `browser`; None with BERTOLOGY_NO_BROWSER=1): the page
+    loads with no console error and every <svg> of the file is laid out at a non-zero size. README: "one
+    self-contained page (tables, plots as inline SVG, no scripts, nothing fetched)"."""
+    if browser is None:
+        return
+    page = browser.open(report)
+    assert page.problems == [], page.problems
+    assert page.requests == []  # nothing fetched
+    assert len(page.svgs) == report.read_text().count("<svg")  # the browser parsed every plot
+
+
 def _layer_removal_profile(store) -> bool:
     """Table 7's inputs: depth and parameters per variant (tiny: a 4-layer BERT, 2 layers after every:2, a
     2-layer DistilBERT stand-in), measured speeds, and the intervention's cost."""
@@ -86,7 +98,7 @@ def _layer_removal_profile(store) -> bool:
 
 
 @pytest.mark.parametrize("workflow", STUDIES, ids=lambda p: p.stem)
-def test_every_study_runs_end_to_end_with_the_tiny_preset(workflow, tmp_path, subprocess_env):
+def test_every_study_runs_end_to_end_with_the_tiny_preset(workflow, tmp_path, subprocess_env, browser):
     store = tmp_path / "store"
     done = bertology("run", str(workflow), "-p", "preset=tiny", "--store", str(store), env=subprocess_env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -95,6 +107,7 @@ def test_every_study_runs_end_to_end_with_the_tiny_preset(workflow, tmp_path, su
     (plan_file,) = (store / "studies" / params["study"]).glob("*/plan.json")
     plan = json.loads(plan_file.read_text())
     assert (plan_file.parent / "report.md").exists() and (plan_file.parent / "report.html").exists()
+    _report_renders_in_a_browser(browser, plan_file.parent / "report.html")
     if not plan["cells"]:  # vocab-overlap: tokenizers only, one vocabulary row per (stand-in) model
         vocab = _table(store, "vocab_overlap", params["study"])
         assert sorted(vocab["model"]) == sorted(plan["spec"]["models"]) and (vocab["vocab_size"] > 0).all()
