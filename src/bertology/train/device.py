@@ -16,6 +16,13 @@ def autocast(device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
+def pad_multiple(device: torch.device) -> int:
+    """What a batch's padded width is rounded up to: 8 on CUDA, where bf16 tensor-core tiles and the SDPA
+    kernels' mask alignment want multiples of 8 and where a few distinct shapes (max_length / 8 at most)
+    keep torch.compile from recompiling; 1 on CPU, where every pad token is paid for in full."""
+    return 8 if device.type == "cuda" else 1
+
+
 def to_device(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
     """NumPy batch arrays as tensors on `device` (int64 ids, float32 regression targets)."""
     tensors = {k: torch.from_numpy(v.astype(np.float32 if v.dtype.kind == "f" else np.int64, copy=False))

@@ -61,13 +61,15 @@ class Hyper:
     checkpoint_every: int = 1000  # steps between resume states (when a StateSink is given); 0: none
     log_every: int = 50  # steps per point of the training-loss series (mean loss of those steps); 0: none
     compile: bool = False  # torch.compile(dynamic=True): fewer kernel launches on a GPU, slow to start
+    pad_multiple: int = 0  # batch widths round up to a multiple of this; 0: the device's (8 on CUDA, 1 on CPU)
     schedule: regimes.Schedule = field(default_factory=regimes.Schedule)  # which parameters train when
 
-    EXECUTION = ("checkpoint_every", "log_every", "compile")  # how the loop runs, not what it computes
+    # How the loop runs, not what it computes (padding is masked out: it changes float noise only).
+    EXECUTION = ("checkpoint_every", "log_every", "compile", "pad_multiple")
 
     def __post_init__(self):
         for name, low in (("batch_size", 1), ("epochs", 1), ("eval_batch_size", 1), ("eval_every", 0),
-                          ("checkpoint_every", 0), ("log_every", 0)):
+                          ("checkpoint_every", 0), ("log_every", 0), ("pad_multiple", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise BadInput(f"{name} must be an integer >= {low}, got {value!r}")
@@ -123,6 +125,7 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         raise BadInput(f"the {task.name} training set is empty (0 rows)")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     head = head_for(task, tokenizer)
+    head.pad_multiple = hp.pad_multiple
     torch.manual_seed(seed)  # the task head's initialisation, then dropout
     model = head.load(model_dir, new_head=new_head, device=device)
     hp.schedule.check(model.config.num_hidden_layers)
