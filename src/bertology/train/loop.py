@@ -40,7 +40,7 @@ from bertology.data import Encoded, length_grouped_batches
 from bertology.errors import BadInput
 from bertology.tasks import Task
 from bertology.train import regimes
-from bertology.train.device import autocast, pick_device, to_device
+from bertology.train.device import autocast, pad_multiple, pick_device, to_device
 from bertology.train.heads import head_for
 from bertology.train.state import StateSink, rng_state, set_rng_state, snapshot
 
@@ -61,7 +61,7 @@ class Hyper:
     checkpoint_every: int = 1000  # steps between resume states (when a StateSink is given); 0: none
     log_every: int = 50  # steps per point of the training-loss series (mean loss of those steps); 0: none
     compile: bool = False  # torch.compile(dynamic=True): fewer kernel launches on a GPU, slow to start
-    pad_multiple: int = 0  # batch widths round up to a multiple of this; 0: the device's (8 on CUDA, 1 on CPU)
+    pad_multiple: int = 0  # batch widths round up to a multiple of this; 0: device.pad_multiple (8 compiled on CUDA)
     schedule: regimes.Schedule = field(default_factory=regimes.Schedule)  # which parameters train when
 
     # How the loop runs, not what it computes (padding is masked out: it changes float noise only).
@@ -125,7 +125,7 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         raise BadInput(f"the {task.name} training set is empty (0 rows)")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     head = head_for(task, tokenizer)
-    head.pad_multiple = hp.pad_multiple
+    head.pad_multiple = hp.pad_multiple or pad_multiple(device, hp.compile)
     torch.manual_seed(seed)  # the task head's initialisation, then dropout
     model = head.load(model_dir, new_head=new_head, device=device)
     hp.schedule.check(model.config.num_hidden_layers)
