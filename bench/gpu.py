@@ -417,22 +417,34 @@ def main() -> None:
                   f"Peak for MFU: {f'{peak / 1e12:.0f} TFLOP/s bf16 dense' if peak else 'n/a'}."), ""]
         rates: dict[str, float] = {}
         fixed: dict[str, float] = {}
+        printed = 0
+
+        def emit() -> None:  # each part as soon as it is measured: a long GPU run shows progress
+            nonlocal printed
+            print("\n".join(report[printed:]), flush=True)
+            printed = len(report)
+
+        emit()
         if "ours" in parts:
             rates = part_ours(b, report)
+            emit()
         if "optimisations" in parts:
             part_optimisations(b, report)
+            emit()
         if "overhead" in parts or "sweep" in parts:
             for task in ("sst2", "rte"):
                 if task not in rates:
                     train = b.split(task, b.n(6_400, 192))
                     rates[task] = len(train) / b.ours(task, train, b.split(task, 64, seed=1))["train_s"]
             fixed = part_overhead(b, report, rates)
+            emit()
         if "sweep" in parts:
             part_sweep(b, report, fixed)
+            emit()
         if "concurrency" in parts:
             ks = a.concurrency or ("1,2,4" if b.cuda else "1,2")
             part_concurrency(b, report, tuple(int(k) for k in ks.split(",")))
-    print("\n".join(report))
+            emit()
 
 
 if __name__ == "__main__":
