@@ -176,3 +176,21 @@ def test_a_bundle_run_two_at_a_time_gives_exactly_the_results_of_one_at_a_time(b
     # Again: every cell is cached and handled in the pod's own process (no child started).
     again = bundle_here(side_by_side, capsys, "--param", "gpu_concurrency=2")
     assert again.count("finetune cached") == 3 and "started in process" not in again
+
+
+def test_the_finetune_step_reads_gpu_concurrency_from_the_plan(tmp_path):
+    """The study parameter reaches the pod through the stored plan (Argo passes only --plan and --ids)."""
+    import argparse
+
+    from bertology.steps import planned
+    from bertology.steps.plan import plan_study
+
+    store = LocalStore(tmp_path)
+    spec, _ = StudySpec.from_params("conc", {"preset": "tiny", "gpu_concurrency": "3"})
+    ref = plan_study(store, spec)["study"]
+    assert ref == planned.plan_ref("conc", spec.id)
+    assert shared_gpu.concurrency(store, argparse.Namespace(param=[], plan=ref)) == 3
+    assert shared_gpu.concurrency(store, argparse.Namespace(param=["gpu_concurrency=2"], plan=ref)) == 2
+    assert shared_gpu.concurrency(store, argparse.Namespace(param=[], plan=None)) == 1
+    with pytest.raises(BadInput, match="gpu_concurrency=K only"):
+        shared_gpu.concurrency(store, argparse.Namespace(param=["bundle=2"], plan=ref))
