@@ -360,7 +360,8 @@ def part_concurrency(b: Bench, report: list[str], ks: tuple[int, ...]) -> None:
              "SST-2-sized, 1 epoch": ("sst2", b.n(67_349, 256), b.n(872, 64), 1)}
     for name, (task, rows, dev, epochs) in sizes.items():
         dataset = DatasetSpec(task, "synthetic", "tiny:bert", 128, count=rows)
-        regime = Regime(lr=b.hp.lr, batch_size=b.hp.batch_size, epochs=epochs)
+        regime = Regime(lr=b.hp.lr, batch_size=b.hp.batch_size, epochs=epochs, warmup_ratio=b.hp.warmup_ratio,
+                        weight_decay=b.hp.weight_decay)
         cells = [Cell("bench-gpu", "pre-trained", "tiny:bert", RunSpec(checkpoint, dataset, regime, seed))
                  for seed in (1, 2, 3, 4)]
         for k in ks:
