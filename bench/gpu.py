@@ -343,7 +343,7 @@ def part_sweep(b: Bench, report: list[str], fixed: dict[str, float]) -> None:
                      + steps // b.hp.checkpoint_every * b.snapshot_s) / 60
         total += train_min + other_min
         report.append(f"| {task} | {info['train_size']:,} | {rate:,.0f} | {train_min:.1f} | {other_min:.1f} |")
-    report += [f"| **total** | | | | **{total:.1f} min** ({total / 60:.2f} GPU-hours) |", "",
+    report += [f"| **total** | | | | **{total:.1f} min** ({total / 60:.2f} hours on this device) |", "",
                ("MNLI and QQP use QNLI's length histogram (assumed; no MNLI/QQP files here): "
                "bench/glue_lengths.json."), ""]
 
