@@ -194,3 +194,33 @@ def test_the_finetune_step_reads_gpu_concurrency_from_the_plan(tmp_path):
     assert shared_gpu.concurrency(store, argparse.Namespace(param=[], plan=None)) == 1
     with pytest.raises(BadInput, match="gpu_concurrency=K only"):
         shared_gpu.concurrency(store, argparse.Namespace(param=["bundle=2"], plan=ref))
+
+
+def test_per_token_outputs_of_bucketed_batches_are_those_of_unbucketed_ones():
+    """A span head's logits per token: a batch padded to a multiple of 8 gives the same matrix."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from bertology.tasks import get_task
+    from bertology.train.heads import SpanHead
+
+    class Echo(torch.nn.Module):  # start logits = the input ids, a pure function of each position
+        config = SimpleNamespace(pad_token_id=0, max_position_embeddings=64)
+
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return SimpleNamespace(start_logits=input_ids.float() * attention_mask)
+
+    lengths = np.array([3, 11, 5, 9, 2])
+    enc = Encoded(tokens={"input_ids": np.arange(1, lengths.sum() + 1),
+                          "token_type_ids": np.zeros(lengths.sum(), dtype=np.int64)},
+                  offsets=np.concatenate([[0], np.cumsum(lengths)]), rows={}, lengths=lengths)
+    outputs = [SpanHead(get_task("squad2"), pad_multiple=m)._outputs(Echo(), enc, 2, torch.device("cpu"),
+                                                                      ("start_logits",), per_token=True)[0]
+               for m in (1, 8)]
+    assert outputs[0].shape == (5, 11)
+    assert np.array_equal(outputs[0], outputs[1])

@@ -141,7 +141,7 @@ class Head:
             if per_token:
                 full = np.full((len(examples), int(examples.lengths.max())), -1e4, dtype=np.float32)
                 for rows, part in zip(batches, parts):
-                    width = min(part.shape[1], full.shape[1])  # a bucketed batch may be wider than any row
+                    width = int(examples.lengths[rows].max())  # a bucketed batch is wider: drop its extra pads
                     full[rows, :width] = part[:, :width]
             else:
                 full = np.empty((len(examples), *parts[0].shape[1:]), dtype=np.float32)
