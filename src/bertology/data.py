@@ -6,6 +6,7 @@
 - `tokenize_split` tokenizes once, without padding, into an Arrow table that is cached per tokenizer.
 - `length_grouped_batches` / `eval_batches` group examples of similar length, and `Encoded.batch` pads
   each batch only to its own longest example: far fewer pad tokens than padding everything to max_length.
+  For a compiled model on a GPU the width is rounded up to a multiple of 8 (`padded_width`): a few shapes.
 """
 
 from __future__ import annotations
@@ -126,18 +127,27 @@ class Encoded:
     def labels(self) -> np.ndarray:
         return self.rows["label"]
 
-    def batch(self, indices, pad: Mapping[str, int]) -> dict[str, np.ndarray]:
+    def batch(self, indices, pad: Mapping[str, int], *, multiple: int = 1,
+              limit: int | None = None) -> dict[str, np.ndarray]:
         """Rows `indices`, every per-token column padded to the longest of them with `pad[name]` (0 when not
-        given), plus `attention_mask` and the per-row columns."""
+        given), plus `attention_mask` and the per-row columns. With `multiple`, the padded width is rounded
+        up to a multiple of it (but not beyond `limit`, the model's positions): a few bucketed widths."""
         indices = np.asarray(indices)
         lengths = self.lengths[indices]
-        positions = np.arange(lengths.max())
+        positions = np.arange(padded_width(int(lengths.max()), multiple, limit))
         valid = positions[None, :] < lengths[:, None]
         where = np.where(valid, self.offsets[indices][:, None] + positions[None, :], 0)
         out = {name: np.where(valid, flat[where], pad.get(name, 0)) for name, flat in self.tokens.items()}
         out["attention_mask"] = valid.astype(np.int64)
         out.update({name: column[indices] for name, column in self.rows.items()})
         return out
+
+
+def padded_width(longest: int, multiple: int = 1, limit: int | None = None) -> int:
+    """The width a batch whose longest row is `longest` is padded to: the next multiple of `multiple`,
+    capped at `limit` (never below `longest`)."""
+    width = -(-longest // multiple) * multiple
+    return max(longest, min(width, limit)) if limit else width
 
 
 def length_grouped_batches(lengths, batch_size: int, *, seed: int | Sequence[int],

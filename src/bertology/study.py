@@ -100,6 +100,9 @@ PARAMS: dict[str, tuple[str, str]] = {
     # cells per pod: one pod fine-tunes, evaluates and analyses N runs in turn; empty = the smallest N that
     # keeps the Workflow inside Argo's budget (bertology.steps.budget)
     "bundle": ("optional-int", ""),
+    # runs of a pod fine-tuned at once, each its own process sharing the GPU (bertology.steps.shared_gpu);
+    # 1 until measured on a GPU (bench/gpu.py measures K = 1, 2, 4)
+    "gpu_concurrency": ("int", "1"),
     # steps per point of the training-loss series (the college report's Figures 1 and 4); 0: none
     "log_every": ("int", "50"),
     # experiment tracking of each fine-tune: wandb, mlflow or tensorboard; empty: none (never part of a run id)
@@ -141,6 +144,9 @@ class StudySpec:
     # (variant, model) pairs not run: a swap-embeddings whose donor is the model itself (Table 5's "NA")
     not_applied: tuple[tuple[str, str], ...] = ()
     bundle: int | None = None  # runs per pod (None: automatic); how cells are packed, not part of the id
+    gpu_concurrency: int = 1  # a pod's runs fine-tuned at once (separate processes); not part of the id
+
+    OPERATIONAL = ("bundle", "gpu_concurrency")  # how the work is executed: neither in to_dict nor in ids
 
     @classmethod
     def from_params(cls, name: str, raw: dict[str, str]) -> tuple[StudySpec, list[str]]:
@@ -187,7 +193,8 @@ class StudySpec:
                    subset_seed=values["subset_seed"], intervention_seed=values["intervention_seed"],
                    intermediates=tuple(dict.fromkeys(values["intermediates"])),
                    eval_count=values["eval_count"], doc_stride=values["doc_stride"], task_settings=task_settings,
-                   not_applied=tuple(p for p in not_applied if p[1] in values["models"]), bundle=values["bundle"])
+                   not_applied=tuple(p for p in not_applied if p[1] in values["models"]), bundle=values["bundle"],
+                   gpu_concurrency=values["gpu_concurrency"])
         spec._check_shape()
         for variant in spec.variants:
             for task in (None, *spec.task_settings):
@@ -210,9 +217,11 @@ class StudySpec:
             raise BadInput(f"seeds must be unique, got {list(self.seeds)}")
         if self.bundle is not None and self.bundle < 1:
             raise BadInput(f"parameter 'bundle' must be >= 1 (cells per pod), got {self.bundle}")
+        if self.gpu_concurrency < 1:
+            raise BadInput(f"parameter 'gpu_concurrency' must be >= 1 (runs at once per GPU), got {self.gpu_concurrency}")
 
     def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "bundle"}
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in self.OPERATIONAL}
         d["variants"] = [v.to_dict() for v in self.variants]
         # The tracker changes no result, so not the study id either (the cells carry it to finetune).
         d["regime"] = {k: v for k, v in self.regime.to_dict().items() if k != "tracker"}

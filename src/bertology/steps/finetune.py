@@ -9,7 +9,9 @@ this process, if it is not finished yet. While it trains, the resume state lives
 ends with the same result; the state is deleted once the run is published.
 
 `--spec` is one cell or a JSON list of cells (a bundle), run in order in one process so that start-up and
-imports are paid once; each cell is still its own idempotent, published artifact.
+imports are paid once; each cell is still its own idempotent, published artifact. With the study's
+`gpu_concurrency` K > 1 (or `--param gpu_concurrency=K`), a bundle's cells run K at a time instead, each
+in its own process sharing the GPU (bertology.steps.shared_gpu).
 """
 
 from __future__ import annotations
@@ -117,5 +119,12 @@ def finetune(store: Store, cell: Cell) -> str:
 
 
 def run(store: Store, args) -> None:
-    for cell in require_cells(store, args, "finetune"):
+    from bertology.steps import shared_gpu
+
+    cells = require_cells(store, args, "finetune")
+    k = shared_gpu.concurrency(store, args)
+    if k > 1 and len(cells) > 1:  # the study's gpu_concurrency: K cells at once, each its own process
+        shared_gpu.run_cells(store, cells, k, finetune)
+        return
+    for cell in cells:
         finetune(store, cell)

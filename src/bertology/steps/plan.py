@@ -119,7 +119,8 @@ def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
     """Write the plan (every spec, once) and return Argo's work lists: plain tokens only (see planned)."""
     cells = spec.cells()
     plan = {"study": spec.name, "study_id": spec.id, "spec": {**spec.to_dict(), "baseline": spec.baseline},
-            "preset_changes": list(changes), "cells": [json.loads(canonical_json(c)) for c in cells],
+            "preset_changes": list(changes), "execution": {"gpu_concurrency": spec.gpu_concurrency},
+            "cells": [json.loads(canonical_json(c)) for c in cells],
             "datasets": {c.run.dataset.id: json.loads(canonical_json(c.run.dataset)) for c in cells},
             "checkpoints": {c.run.checkpoint.id: json.loads(canonical_json(c.run.checkpoint)) for c in cells}}
     store.write_json(planned.plan_key(spec.name, spec.id), plan)

@@ -16,6 +16,14 @@ def autocast(device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
+def pad_multiple(device: torch.device, compiled: bool) -> int:
+    """What a training batch's padded width is rounded up to: 8 for a compiled model on CUDA, so a run sees
+    at most max_length / 8 shapes (and bf16 tensor-core tiles and SDPA's mask alignment get multiples of
+    8); 1 otherwise, since every pad token costs compute (+19 points of padding on SST-2's lengths at
+    multiples of 8, measured by bench/gpu.py from the GLUE histograms) and eager kernels take any shape."""
+    return 8 if device.type == "cuda" and compiled else 1
+
+
 def to_device(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
     """NumPy batch arrays as tensors on `device` (int64 ids, float32 regression targets)."""
     tensors = {k: torch.from_numpy(v.astype(np.float32 if v.dtype.kind == "f" else np.int64, copy=False))

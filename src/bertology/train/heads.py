@@ -73,9 +73,15 @@ class Head:
     model_class = AutoModelForSequenceClassification
     head_names: tuple[str, ...] = ()  # the modules a new head re-initialises
 
-    def __init__(self, task: Task, tokenizer=None):
+    def __init__(self, task: Task, tokenizer=None, pad_multiple: int = 1):
         self.task = task
         self.tokenizer = tokenizer
+        self.pad_multiple = pad_multiple  # batch widths round up to a multiple of this (device.pad_multiple)
+
+    def batch(self, examples: Encoded, indices, model, pad: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+        """Rows `indices` padded for `model`: its pad id, widths rounded up to `pad_multiple`."""
+        return examples.batch(indices, {"input_ids": pad_id(model), **(pad or {})}, multiple=self.pad_multiple,
+                              limit=getattr(model.config, "max_position_embeddings", None))
 
     def model_kwargs(self) -> dict:
         return {}
@@ -124,7 +130,7 @@ class Head:
         collected = []
         with torch.inference_mode(), autocast(device):
             for rows in batches:
-                batch = examples.batch(rows, {"input_ids": pad_id(model)})
+                batch = self.batch(examples, rows, model)
                 inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
                 out = model(**to_device(inputs, device))
                 collected.append([getattr(out, name).float() for name in names])
@@ -135,7 +141,8 @@ class Head:
             if per_token:
                 full = np.full((len(examples), int(examples.lengths.max())), -1e4, dtype=np.float32)
                 for rows, part in zip(batches, parts):
-                    full[rows, :part.shape[1]] = part
+                    width = int(examples.lengths[rows].max())  # a bucketed batch is wider: drop its extra pads
+                    full[rows, :width] = part[:, :width]
             else:
                 full = np.empty((len(examples), *parts[0].shape[1:]), dtype=np.float32)
                 full[np.concatenate(batches)] = np.concatenate(parts)
@@ -153,7 +160,7 @@ class SequenceHead(Head):
         return {"num_labels": self.task.num_labels, "problem_type": problem}
 
     def train_inputs(self, examples, indices, model, key):
-        batch = examples.batch(indices, {"input_ids": pad_id(model)})
+        batch = self.batch(examples, indices, model)
         return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
                 "token_type_ids": batch["token_type_ids"], "labels": batch["label"]}
 
@@ -189,7 +196,7 @@ class SpanHead(Head):
                          pq.read_table(Path(data_dir) / f"{split}.examples.parquet"))
 
     def train_inputs(self, examples, indices, model, key):
-        batch = examples.batch(indices, {"input_ids": pad_id(model)})
+        batch = self.batch(examples, indices, model)
         return {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "start_positions",
                                       "end_positions")}
 
@@ -219,7 +226,7 @@ class MaskedLMHead(Head):
         if self.tokenizer is None or self.tokenizer.mask_token_id is None:
             raise BadInput(f"masked-LM training needs a tokenizer with a mask token "
                            f"({type(self.tokenizer).__name__} has none)")
-        batch = examples.batch(indices, {"input_ids": pad_id(model)})
+        batch = self.batch(examples, indices, model)
         special = np.isin(batch["input_ids"], self.tokenizer.all_special_ids) | (batch["attention_mask"] == 0)
         masked, labels = mask_tokens(batch["input_ids"], special, mask_id=self.tokenizer.mask_token_id,
                                      vocab_size=model.config.vocab_size, rng=np.random.default_rng(key))

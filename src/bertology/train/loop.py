@@ -1,7 +1,8 @@
 """Fine-tuning, for every task kind: the whole loop, readable in one sitting.
 
 AdamW (no weight decay on biases and LayerNorm weights) with a linear schedule and warmup, gradient
-clipping, bf16 autocast on CUDA, length-grouped batches padded per batch; the task's head
+clipping, bf16 autocast on CUDA, length-grouped batches padded per batch (to multiples of 8 when compiled
+on CUDA, so torch.compile sees a few shapes: `Hyper.pad_multiple`); the task's head
 (bertology.train.heads) turns rows into model inputs and scores evaluation splits. The training seed
 decides the head's initialisation, dropout, MLM masks and the data order. Every eval split is evaluated
 after every epoch, and also every `eval_every` steps (and before the first step) when that is set, as the
@@ -40,7 +41,7 @@ from bertology.data import Encoded, length_grouped_batches
 from bertology.errors import BadInput
 from bertology.tasks import Task
 from bertology.train import regimes
-from bertology.train.device import autocast, pick_device, to_device
+from bertology.train.device import autocast, pad_multiple, pick_device, to_device
 from bertology.train.heads import head_for
 from bertology.train.state import StateSink, rng_state, set_rng_state, snapshot
 
@@ -61,13 +62,15 @@ class Hyper:
     checkpoint_every: int = 1000  # steps between resume states (when a StateSink is given); 0: none
     log_every: int = 50  # steps per point of the training-loss series (mean loss of those steps); 0: none
     compile: bool = False  # torch.compile(dynamic=True): fewer kernel launches on a GPU, slow to start
+    pad_multiple: int = 0  # batch widths round up to a multiple of this; 0: device.pad_multiple (8 compiled on CUDA)
     schedule: regimes.Schedule = field(default_factory=regimes.Schedule)  # which parameters train when
 
-    EXECUTION = ("checkpoint_every", "log_every", "compile")  # how the loop runs, not what it computes
+    # How the loop runs, not what it computes (padding is masked out: it changes float noise only).
+    EXECUTION = ("checkpoint_every", "log_every", "compile", "pad_multiple")
 
     def __post_init__(self):
         for name, low in (("batch_size", 1), ("epochs", 1), ("eval_batch_size", 1), ("eval_every", 0),
-                          ("checkpoint_every", 0), ("log_every", 0)):
+                          ("checkpoint_every", 0), ("log_every", 0), ("pad_multiple", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise BadInput(f"{name} must be an integer >= {low}, got {value!r}")
@@ -125,6 +128,7 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         raise BadInput(f"the {task.name} training set is empty (0 rows)")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     head = head_for(task, tokenizer)
+    head.pad_multiple = hp.pad_multiple or pad_multiple(device, hp.compile)
     torch.manual_seed(seed)  # the task head's initialisation, then dropout
     model = head.load(model_dir, new_head=new_head, device=device)
     hp.schedule.check(model.config.num_hidden_layers)
