@@ -145,3 +145,20 @@ def test_bundle_packs_the_remaining_cells_into_pods_without_changing_any_id(tmp_
     assert plan_study(open_store(str(tmp_path)), single)["runs"] == [c.run.id for c in single.cells()]  # auto: fits
     with pytest.raises(BadInput, match="parameter 'bundle' must be >= 1"):
         StudySpec.from_params("s", {"bundle": "0"})
+
+
+def test_plan_makes_the_datasets_of_intermediate_runs_too(tmp_path):
+    """A sequential run whose intermediate task is not one of the study's tasks (tasks rte, intermediate
+    mrpc): finetune trains the intermediate run first, so plan must have its data made and stored."""
+    from bertology.steps.plan import plan_study
+    from bertology.store import open_store
+
+    spec, _ = StudySpec.from_params("s", {"tasks": '["rte"]', "intermediates": '["mrpc"]', "seeds": "[1]",
+                                          "models": '["tiny:bert"]', "source": "synthetic"})
+    sequential = [c.run for c in spec.cells() if c.run.after is not None]
+    assert sequential and {r.after.dataset.task for r in sequential} == {"mrpc"}
+    work = plan_study(open_store(str(tmp_path)), spec)
+    wanted = {c.run.dataset.id for c in spec.cells()} | {r.after.dataset.id for r in sequential}
+    assert set(work["datasets"]) == wanted
+    plan = json.loads(next(tmp_path.glob("studies/s/*/plan.json")).read_text())
+    assert set(plan["datasets"]) == wanted

@@ -115,20 +115,30 @@ def _validate_variant(spec: StudySpec, variant: Variant) -> Variant:
     return dataclasses.replace(variant, interventions=tuple(Intervention.from_dict(step) for step in chain))
 
 
+def _datasets_of(run) -> list:
+    """A run's dataset and those of the runs it comes `after` (a sequential run trains its intermediate run
+    first when that is not finished, so the intermediate task's data must be made too)."""
+    datasets = []
+    while run is not None:
+        datasets.append(run.dataset)
+        run = run.after
+    return datasets
+
+
 def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
     """Write the plan (every spec, once) and return Argo's work lists: plain tokens only (see planned)."""
     cells = spec.cells()
     plan = {"study": spec.name, "study_id": spec.id, "spec": {**spec.to_dict(), "baseline": spec.baseline},
             "preset_changes": list(changes), "execution": {"gpu_concurrency": spec.gpu_concurrency},
             "cells": [json.loads(canonical_json(c)) for c in cells],
-            "datasets": {c.run.dataset.id: json.loads(canonical_json(c.run.dataset)) for c in cells},
+            "datasets": {d.id: json.loads(canonical_json(d)) for c in cells for d in _datasets_of(c.run)},
             "checkpoints": {c.run.checkpoint.id: json.loads(canonical_json(c.run.checkpoint)) for c in cells}}
     store.write_json(planned.plan_key(spec.name, spec.id), plan)
 
     published = {k for t in CELL_TABLES for k in store.list(f"results/{t}/study={spec.name}")}
     todo = [c for c in cells if not all(results_key(t, spec.name, c.run.id) in published for t in CELL_TABLES)]
     checkpoints = list(dict.fromkeys(c.run.checkpoint.id for c in todo))
-    datasets = list(dict.fromkeys(c.run.dataset.id for c in todo))
+    datasets = list(dict.fromkeys(d.id for c in todo for d in _datasets_of(c.run)))
     bundle = spec.bundle or budget.auto_bundle(len(todo), len(datasets), len(checkpoints))
     pods = [",".join(c.run.id for c in todo[i:i + bundle]) for i in range(0, len(todo), bundle)]
     nodes = budget.workflow_nodes(len(datasets), len(checkpoints), len(pods))
