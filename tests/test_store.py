@@ -5,8 +5,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from bertology.errors import BadInput, Transient
 from bertology import store as store_module
+from bertology.errors import BadInput, Transient
 from bertology.store import MARKER, LocalStore, S3Store, open_store
 
 

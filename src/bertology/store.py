@@ -451,6 +451,7 @@ class S3Store(Store):
 
     @contextlib.contextmanager
     def _errors(self, key: str):
+        from boto3.exceptions import RetriesExceededError, S3TransferFailedError, S3UploadFailedError
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         try:
@@ -468,6 +469,10 @@ class S3Store(Store):
             raise Transient(f"S3 error on '{self.url(key)}' after {self.attempts} attempts: {code} {e}") from e
         except BotoCoreError as e:  # connection refused, timeouts, cut bodies: retry the step
             raise Transient(f"S3 unreachable for '{self.url(key)}' after {self.attempts} attempts: {e}") from e
+        except (S3TransferFailedError, S3UploadFailedError, RetriesExceededError) as e:  # transfers gave up
+            if any(code in str(e) for code in ("NoSuchBucket", "AccessDenied", "InvalidAccessKeyId")):
+                raise BadInput(f"S3 refused '{self.url(key)}': {e}") from None
+            raise Transient(f"S3 transfer of '{self.url(key)}' failed after retries: {e}") from e
 
     def exists(self, key: str) -> bool:
         try:
