@@ -91,16 +91,11 @@ def bytes_digest(data: bytes) -> dict:
 
 
 def copy_digest(src: Path, dest: Path) -> dict:
-    """Copy `src` to `dest`, hashing the bytes on the way (one read of the file), and fsync it."""
-    h, size = hashlib.sha256(), 0
-    with open(src, "rb") as fin, open(dest, "wb") as fout:
-        while chunk := fin.read(CHUNK):
-            h.update(chunk)
-            size += len(chunk)
-            fout.write(chunk)
-        fout.flush()
-        os.fsync(fout.fileno())
-    return {"size": size, "sha256": h.hexdigest()}
+    """Copy `src` to `dest` (the kernel's zero-copy path) and hash what landed there, from the page cache:
+    1.9 to 2.3 s for 440 MB here, where a Python read-hash-write loop took 3.6 to 5.5 s. No fsync (10x the
+    copy): a file the kernel lost in a crash no longer matches the marker, and is rebuilt."""
+    shutil.copyfile(src, dest)
+    return file_digest(dest)
 
 
 def _mismatch(name: str, want: dict, got: dict) -> str | None:
