@@ -5,6 +5,7 @@ import time
 import pyarrow as pa
 import pytest
 
+from bertology import store as store_module
 from bertology.errors import BadInput, Transient
 from bertology.store import MARKER, LocalStore, S3Store, open_store
 
@@ -85,9 +86,15 @@ def test_s3_store_uses_the_endpoint_and_caches_downloads(s3_bucket, tmp_path):
         (out / "f.txt").write_text("one")
     first = store.local_dir("ck")
     assert first.is_relative_to(tmp_path / "cache")
-    (first / "f.txt").write_text("locally touched")  # a cached copy is reused while the marker is unchanged
-    assert (store.local_dir("ck") / "f.txt").read_text() == "locally touched"
-    with store.artifact("ck") as out:  # republished: new marker, fresh download
+    (first / "f.txt").write_text("one")  # a cached copy is reused while the marker is unchanged
+    assert store.local_dir("ck") == first
+    (first / "f.txt").write_text("locally touched")  # ... and verified: a damaged copy is downloaded again
+    store_module._VERIFIED.clear()  # as in a new process
+    assert (store.local_dir("ck") / "f.txt").read_text() == "one"
+    with store.artifact("ck") as out:  # a second writer of a finished artifact keeps the first one's
+        (out / "f.txt").write_text("two")
+    assert (store.local_dir("ck") / "f.txt").read_text() == "one"
+    with store.artifact("ck", replace=True) as out:  # replaced on purpose: new marker, fresh download
         (out / "f.txt").write_text("two")
     assert (store.local_dir("ck") / "f.txt").read_text() == "two"
 

@@ -27,7 +27,8 @@ def make(kind: str, label: str = "") -> Path:
     return Path(tempfile.mkdtemp(prefix=f"bertology-{kind}-{os.getpid()}-{label + '-' if label else ''}"))
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process of this pid namespace exists (another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -54,7 +55,7 @@ def sweep(kinds: tuple[str, ...] = ("stage", "zygote", "run"), tmpdir: str | Non
         return removed
     for path in entries:
         match = _NAME.match(path.name)
-        if not match or match[1] not in kinds or int(match[2]) == os.getpid() or _alive(int(match[2])):
+        if not match or match[1] not in kinds or int(match[2]) == os.getpid() or alive(int(match[2])):
             continue
         try:
             if not path.is_dir() or path.is_symlink() or path.stat().st_uid != os.getuid():

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 
 from bertology.results.tables import publish
 from bertology.spec import Cell
-from bertology.steps.common import checkpoint_key, run_key
+from bertology.steps.common import read_or_rebuild, read_table, run_key
+from bertology.steps.finetune import checkpoint_dir, model_dir
 from bertology.steps.harness import require_cells
 from bertology.store import Store
 
@@ -75,13 +76,20 @@ def analyze(store: Store, cell: Cell) -> str:
     if store.is_done(key):
         log.info("run %s: analyze cached", run.id)
     else:
-        table = weight_distance(store.local_dir(checkpoint_key(run.checkpoint.id)),
-                                store.local_dir(run_key(run.id, "finetune")) / "model")
-        with store.artifact(key, {"spec": run.to_dict()}) as out:
-            pq.write_table(table, out / "weight_distance.parquet")
-        log.info("run %s: weight distance over %d modules", run.id, table.num_rows)
-    publish(store, "weight_distance", cell, store.read_parquet(f"{key}/weight_distance.parquet"))
+        measure(store, cell)
+    table = read_or_rebuild(store, key, lambda: read_table(store, key, "weight_distance.parquet"),
+                            lambda: measure(store, cell))
+    publish(store, "weight_distance", cell, table)
     return key
+
+
+def measure(store: Store, cell: Cell) -> None:
+    """Weight distances between the built checkpoint and the fine-tuned weights (both verified)."""
+    run = cell.run
+    table = weight_distance(checkpoint_dir(store, run.checkpoint), model_dir(store, cell))
+    with store.artifact(run_key(run.id, "analyze"), {"spec": run.to_dict()}) as out:
+        pq.write_table(table, out / "weight_distance.parquet")
+    log.info("run %s: weight distance over %d modules", run.id, table.num_rows)
 
 
 def run(store: Store, args) -> None:

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+import pyarrow as pa
+
 from bertology import models
 from bertology.errors import BadInput
-from bertology.store import open_store
+from bertology.store import Damaged, Store, open_store, parse_parquet
+
+log = logging.getLogger("bertology")
+T = TypeVar("T")
 
 
 def checkpoint_key(checkpoint_id: str) -> str:
@@ -17,6 +26,23 @@ def dataset_key(dataset_id: str) -> str:
 
 def run_key(run_id: str, step: str) -> str:
     return f"runs/{run_id}/{step}"
+
+
+def read_or_rebuild(store: Store, prefix: str, read: Callable[[], T], rebuild: Callable[[], object]) -> T:
+    """`read()` what a step needs from the artifact at `prefix` (verified against its marker); if it is
+    damaged, say so in one line, treat the artifact as missing (discard it), rebuild it and read again."""
+    try:
+        return read()
+    except Damaged as e:
+        log.warning("%s; treated as missing and rebuilt", e)
+        store.discard(prefix, e.marker)
+    rebuild()
+    return read()
+
+
+def read_table(store: Store, prefix: str, name: str) -> pa.Table:
+    """A Parquet file of a finished artifact, verified against the marker."""
+    return parse_parquet(store.read_member(prefix, name), store.url(f"{prefix}/{name}"))
 
 
 def model_config(text: str):

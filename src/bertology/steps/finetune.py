@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,7 +26,15 @@ import pyarrow.parquet as pq
 from bertology import tracking
 from bertology.results.tables import TABLES, publish
 from bertology.spec import Cell
-from bertology.steps.common import checkpoint_key, dataset_key, local_model_ref, run_key
+from bertology.steps import build_checkpoint, prepare_data
+from bertology.steps.common import (
+    checkpoint_key,
+    dataset_key,
+    local_model_ref,
+    read_or_rebuild,
+    read_table,
+    run_key,
+)
 from bertology.steps.harness import require_cells
 from bertology.store import Store
 
@@ -58,64 +67,101 @@ def finetune(store: Store, cell: Cell) -> str:
         if store.list(state_key):  # killed after publishing, before the state was deleted
             store.delete_prefix(state_key)
     else:
-        from bertology import tasks
-        from bertology.train import Hyper, head_for
-        from bertology.train import finetune as train
-        from bertology.train.regimes import Schedule
-        from bertology.train.state import StoreSlots
-
-        task = tasks.get_task(run.dataset.task)
-        if run.after is not None:
-            intermediate = Cell(cell.study, cell.variant, cell.model, run.after)
-            if not store.is_done(run_key(run.after.id, "finetune")):
-                log.info("run %s: training its intermediate run %s (%s) first", run.id, run.after.id,
-                         run.after.dataset.task)
-            finetune(store, intermediate)
-            start_dir = store.local_dir(run_key(run.after.id, "finetune")) / "model"
-        else:
-            start_dir = store.local_dir(checkpoint_key(run.checkpoint.id))
-        data_dir = store.local_dir(dataset_key(run.dataset.id))
-        train_table = pq.read_table(data_dir / "train.parquet")
-        head = head_for(task)
-        evals = {s: head.read_split(data_dir, s) for s in task.eval_splits}
-        r = run.regime
-        hp = Hyper(lr=r.lr, batch_size=r.batch_size, epochs=r.epochs, warmup_ratio=r.warmup_ratio,
-                   weight_decay=r.weight_decay, max_grad_norm=r.max_grad_norm, eval_batch_size=r.eval_batch_size,
-                   eval_every=r.eval_every, checkpoint_every=r.checkpoint_every, log_every=r.log_every,
-                   compile=r.compile,
-                   schedule=Schedule.of(r))
-        monitor = None
-        if r.reference is not None:
-            from bertology import models
-            from bertology.train.activation_distance import ActivationDistance
-
-            start = models.parse_model_ref(f"dir:{start_dir}")
-            monitor = ActivationDistance(local_model_ref(r.reference), json.loads((data_dir / "probe.json").read_text()),
-                                         tokenizer=models.load_tokenizer(start), max_length=run.dataset.max_length)
-            monitor.check(models.load_config(start))
-        state = StoreSlots(store, state_key, log=log.info)
-        log.info("run %s: %s %s on %s, seed %d (%d training rows)", run.id, cell.variant, cell.model,
-                 task.name, run.seed, train_table.num_rows)
-        tracker = tracking.start(r.tracker, store, cell)
-        with tracking.running(tracker), store.artifact(key, {"spec": run.to_dict()}) as out:
-            result = train(start_dir, task, train_table, evals, hp, run.seed, out / "model", log=log.info,
-                           state=state, new_head=run.after is not None, monitor=monitor,
-                           track=tracker and tracker.update)
-            if tracker is not None:  # a run without steps (regime none) has only its evaluation point
-                tracker.update(result.losses, result.curves)
-            pq.write_table(curves_table(result.curves, result.losses), out / "curves.parquet")
-            if monitor is not None:
-                rows = [{"reference": r.reference, **row} for row in result.monitor]
-                pq.write_table(pa.Table.from_pylist(rows), out / "activations.parquet")
-            (out / "result.json").write_text(json.dumps({
-                "best_epoch": result.best_epoch, "best_step": result.best_step, "best_metrics": result.best_metrics,
-                "wall_seconds": result.wall_seconds, "device": result.device, "num_train": result.num_train,
-                "throughput": result.throughput, "epochs": r.epochs}, indent=2))
-        state.clear()
-    publish(store, "curves", cell, store.read_parquet(f"{key}/curves.parquet"))
-    if run.regime.reference is not None:
-        publish(store, "activation_distance", cell, store.read_parquet(f"{key}/activations.parquet"))
+        train_run(store, cell)
+    tables = read_or_rebuild(store, key, lambda: _outputs(store, cell), lambda: train_run(store, cell))
+    for table, rows in tables.items():
+        publish(store, table, cell, rows)
     return key
+
+
+def _outputs(store: Store, cell: Cell) -> dict:
+    """The run's published tables, read from its artifact (verified)."""
+    key = run_key(cell.run.id, "finetune")
+    tables = {"curves": read_table(store, key, "curves.parquet")}
+    if cell.run.regime.reference is not None:
+        tables["activation_distance"] = read_table(store, key, "activations.parquet")
+    return tables
+
+
+def train_run(store: Store, cell: Cell) -> None:
+    """Fine-tune the cell's run and publish its artifact (resuming from its stored training state)."""
+    run = cell.run
+    key = run_key(run.id, "finetune")
+    state_key = run_key(run.id, "finetune-state")
+    from bertology import tasks
+    from bertology.train import Hyper, head_for
+    from bertology.train import finetune as train
+    from bertology.train.regimes import Schedule
+    from bertology.train.state import StoreSlots
+
+    task = tasks.get_task(run.dataset.task)
+    if run.after is not None:
+        intermediate = Cell(cell.study, cell.variant, cell.model, run.after)
+        if not store.is_done(run_key(run.after.id, "finetune")):
+            log.info("run %s: training its intermediate run %s (%s) first", run.id, run.after.id,
+                     run.after.dataset.task)
+        finetune(store, intermediate)
+        after = run_key(run.after.id, "finetune")
+        start_dir = read_or_rebuild(store, after, lambda: store.local_dir(after) / "model",
+                                    lambda: finetune(store, intermediate))
+    else:
+        start_dir = checkpoint_dir(store, run.checkpoint)
+    data_dir = dataset_dir(store, run.dataset)
+    train_table = pq.read_table(data_dir / "train.parquet")
+    head = head_for(task)
+    evals = {s: head.read_split(data_dir, s) for s in task.eval_splits}
+    r = run.regime
+    hp = Hyper(lr=r.lr, batch_size=r.batch_size, epochs=r.epochs, warmup_ratio=r.warmup_ratio,
+               weight_decay=r.weight_decay, max_grad_norm=r.max_grad_norm, eval_batch_size=r.eval_batch_size,
+               eval_every=r.eval_every, checkpoint_every=r.checkpoint_every, log_every=r.log_every,
+               compile=r.compile,
+               schedule=Schedule.of(r))
+    monitor = None
+    if r.reference is not None:
+        from bertology import models
+        from bertology.train.activation_distance import ActivationDistance
+
+        start = models.parse_model_ref(f"dir:{start_dir}")
+        monitor = ActivationDistance(local_model_ref(r.reference), json.loads((data_dir / "probe.json").read_text()),
+                                     tokenizer=models.load_tokenizer(start), max_length=run.dataset.max_length)
+        monitor.check(models.load_config(start))
+    state = StoreSlots(store, state_key, log=log.info)
+    log.info("run %s: %s %s on %s, seed %d (%d training rows)", run.id, cell.variant, cell.model,
+             task.name, run.seed, train_table.num_rows)
+    tracker = tracking.start(r.tracker, store, cell)
+    with tracking.running(tracker), store.artifact(key, {"spec": run.to_dict()}) as out:
+        result = train(start_dir, task, train_table, evals, hp, run.seed, out / "model", log=log.info,
+                       state=state, new_head=run.after is not None, monitor=monitor,
+                       track=tracker and tracker.update)
+        if tracker is not None:  # a run without steps (regime none) has only its evaluation point
+            tracker.update(result.losses, result.curves)
+        pq.write_table(curves_table(result.curves, result.losses), out / "curves.parquet")
+        if monitor is not None:
+            rows = [{"reference": r.reference, **row} for row in result.monitor]
+            pq.write_table(pa.Table.from_pylist(rows), out / "activations.parquet")
+        (out / "result.json").write_text(json.dumps({
+            "best_epoch": result.best_epoch, "best_step": result.best_step, "best_metrics": result.best_metrics,
+            "wall_seconds": result.wall_seconds, "device": result.device, "num_train": result.num_train,
+            "throughput": result.throughput, "epochs": r.epochs}, indent=2))
+    state.clear()
+
+
+def checkpoint_dir(store: Store, spec) -> Path:
+    """The built checkpoint's files, verified; a damaged checkpoint is rebuilt first (deterministic)."""
+    key = checkpoint_key(spec.id)
+    return read_or_rebuild(store, key, lambda: store.local_dir(key), lambda: build_checkpoint.build(store, spec))
+
+
+def dataset_dir(store: Store, spec) -> Path:
+    """The prepared dataset's files, verified; a damaged dataset is prepared again first."""
+    key = dataset_key(spec.id)
+    return read_or_rebuild(store, key, lambda: store.local_dir(key), lambda: prepare_data.prepare(store, spec))
+
+
+def model_dir(store: Store, cell: Cell) -> Path:
+    """The fine-tuned weights of the cell's run, verified; damaged weights are trained again first."""
+    key = run_key(cell.run.id, "finetune")
+    return read_or_rebuild(store, key, lambda: store.local_dir(key) / "model", lambda: train_run(store, cell))
 
 
 def run(store: Store, args) -> None:

@@ -1,7 +1,8 @@
 """The shared entry point of every job: arguments, logging, and the exit-code contract.
 
 Exit codes (DESIGN §4): 0 done (or cached), 2 bad input (never retried), 75 transient (retried by
-Argo's retryStrategy; SIGTERM from a preempted or evicted pod also maps here). A step may fail with its
+Argo's retryStrategy; SIGTERM from a preempted or evicted pod, a full disk (ENOSPC, EDQUOT) and a damaged
+artifact the step could not rebuild also map here). A step may fail with its
 own documented code by raising a BertologyError subclass (regress: 1 = the results drifted).
 """
 
@@ -21,7 +22,7 @@ from bertology import chaos, leftovers
 from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput, BertologyError, Transient
 from bertology.spec import parse_json_arg
 from bertology.steps import planned
-from bertology.store import Store, open_store
+from bertology.store import Store, is_disk_full, open_store
 
 log = logging.getLogger("bertology")
 
@@ -85,6 +86,13 @@ def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list
     except BertologyError as e:  # a step's own failure, with the exit code it documents
         print(f"error: {e}", file=sys.stderr, flush=True)
         return e.exit_code
+    except Exception as e:
+        if not is_disk_full(e):
+            raise
+        # the artifact being written was not published (no marker): a retry on a node with room redoes it
+        print(f"transient error (will be retried): disk full (ENOSPC/EDQUOT) while writing: {e}",
+              file=sys.stderr, flush=True)
+        return EXIT_TRANSIENT
     log.info("done in %.1fs", time.time() - start)
     return 0
 

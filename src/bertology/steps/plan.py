@@ -22,7 +22,7 @@ from bertology.spec import Intervention, canonical_json
 from bertology.steps import budget, planned
 from bertology.steps.common import model_config
 from bertology.steps.harness import write_outputs
-from bertology.store import Store
+from bertology.store import Damaged, Store
 from bertology.study import StudySpec, parse_pairs
 from bertology.train.activation_distance import check_shapes
 from bertology.train.regimes import Schedule
@@ -123,6 +123,19 @@ def _datasets_of(run) -> list:
         datasets.append(run.dataset)
         run = run.after
     return datasets
+def _intact(store: Store, keys: list[str]) -> bool:
+    """A cell's published results parse (an emptied or truncated file, or a Parquet page whose checksum
+    fails, does not). A damaged file is deleted and the cell runs again: its steps are cached and publish
+    it anew from their verified artifacts (or rebuild those first)."""
+    ok = True
+    for key in keys:
+        try:
+            store.read_parquet(key)
+        except Damaged as e:
+            log.warning("%s; deleted, and the run's steps publish it again", e)
+            store.delete_key(key)
+            ok = False
+    return ok
 
 
 def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
@@ -136,7 +149,8 @@ def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
     store.write_json(planned.plan_key(spec.name, spec.id), plan)
 
     published = {k for t in CELL_TABLES for k in store.list(f"results/{t}/study={spec.name}")}
-    todo = [c for c in cells if not all(results_key(t, spec.name, c.run.id) in published for t in CELL_TABLES)]
+    todo = [c for c in cells if not all(results_key(t, spec.name, c.run.id) in published for t in CELL_TABLES)
+            or not _intact(store, [results_key(t, spec.name, c.run.id) for t in CELL_TABLES])]
     checkpoints = list(dict.fromkeys(c.run.checkpoint.id for c in todo))
     datasets = list(dict.fromkeys(d.id for c in todo for d in _datasets_of(c.run)))
     bundle = spec.bundle or budget.auto_bundle(len(todo), len(datasets), len(checkpoints))

@@ -44,6 +44,7 @@ from bertology.errors import BadInput
 from bertology.results.tables import SCHEMA_VERSION, TABLES, publish_rows
 from bertology.spec import as_int, check_keys, content_id, require_key
 from bertology.steps import planned
+from bertology.steps.common import read_or_rebuild, read_table
 from bertology.steps.harness import require_spec, write_outputs
 from bertology.store import Store
 
@@ -351,4 +352,5 @@ def run(store: Store, args) -> None:
     key = analyse(store, VocabSpec.from_dict(spec))
     if study is not None:
         publish_rows(store, TABLE, study, key.rsplit("/", 1)[-1], {"study": study, "model": spec["model"]},
-                     store.read_parquet(f"{key}/{TABLE}.parquet"))
+                     read_or_rebuild(store, key, lambda: read_table(store, key, f"{TABLE}.parquet"),
+                                     lambda: analyse(store, VocabSpec.from_dict(spec))))

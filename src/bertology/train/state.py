@@ -101,7 +101,7 @@ class StoreSlots:
                 self.log(f"resume state {self.store.url(self._key(slot))} is unfinished; ignored")
         for step, slot in sorted(finished, reverse=True):
             try:
-                state = from_bytes(self.store.read_bytes(f"{self._key(slot)}/{STATE_FILE}"))
+                state = from_bytes(self.store.read_member(self._key(slot), STATE_FILE))  # verified
             except Exception as e:  # noqa: BLE001 - any unreadable state is skipped, never fatal
                 self.log(f"resume state {self.store.url(self._key(slot))} (step {step}) is unreadable "
                          f"({type(e).__name__}: {str(e)[:200]}); ignored")
@@ -119,7 +119,8 @@ class StoreSlots:
     def _write(self, state: dict) -> None:
         slot = "b" if self.newest == "a" else "a"
         try:
-            with self.store.artifact(self._key(slot), {"step": state["step"], "epoch": state["epoch"]}) as out:
+            with self.store.artifact(self._key(slot), {"step": state["step"], "epoch": state["epoch"]},
+                                     replace=True) as out:  # a slot is rewritten on purpose
                 torch.save(state, out / STATE_FILE)
         except Exception as e:  # noqa: BLE001 - training goes on; the next save tries again
             self.log(f"resume state at step {state['step']} not saved ({type(e).__name__}: {e})")
