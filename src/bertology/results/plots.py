@@ -36,8 +36,11 @@ LOG_METRICS = ("perplexity",)  # metrics drawn on a log axis
 NOT_SIGNIFICANT = "n.s."  # the mark of a heat-map cell whose interval includes 0
 
 
-def svg(fig: Figure, name: str) -> str:
-    """The figure as an `<svg>` element for an HTML page: deterministic bytes, no prolog or metadata."""
+def svg(fig: Figure | None, name: str) -> str | None:
+    """The figure as an `<svg>` element for an HTML page: deterministic bytes, no prolog or metadata (None
+    for no figure)."""
+    if fig is None:
+        return None
     buffer = io.StringIO()
     with matplotlib.rc_context({"svg.hashsalt": name, "svg.fonttype": "none"}):
         fig.savefig(buffer, format="svg", metadata={"Date": None})
@@ -45,8 +48,23 @@ def svg(fig: Figure, name: str) -> str:
     return re.sub(r"\s*<metadata>.*?</metadata>", "", text[text.index("<svg"):], flags=re.DOTALL).strip()
 
 
-def interval_panels(data: pl.DataFrame, *, panel: str, name: str, metric: str = "metric",
-                    baseline: str | None = None) -> str | None:
+def interval_panels(data: pl.DataFrame, *, name: str, **options) -> str | None:
+    """`interval_figure` as SVG."""
+    return svg(interval_figure(data, **options), name)
+
+
+def line_panels(data: pl.DataFrame, *, name: str, **options) -> str | None:
+    """`line_figure` as SVG."""
+    return svg(line_figure(data, **options), name)
+
+
+def heat_map(values: np.ndarray, rows: list[str], columns: list[str], *, name: str, **options) -> str:
+    """`heat_map_figure` as SVG."""
+    return svg(heat_map_figure(values, rows, columns, **options), name)
+
+
+def interval_figure(data: pl.DataFrame, *, panel: str, metric: str = "metric",
+                    baseline: str | None = None) -> Figure | None:
     """The main result: one panel per distinct `panel` value (the first MAX_PANELS), the variants along x
     in the frame's order, each its `mean` with its 95% interval (`ci_low`, `ci_high`) as a bar, or as a
     point when there are more than MAX_BARS variants or the metric is on a log axis; the `baseline`
@@ -62,10 +80,10 @@ def interval_panels(data: pl.DataFrame, *, panel: str, name: str, metric: str = 
     columns = max(1, min(PANELS_PER_ROW, len(panels), int(14 // panel_width)))
     rows = math.ceil(len(panels) / columns)
     label_room = 0.1 * max(len(str(v)) for v in variants) + 0.5
-    width, height = panel_width * columns, (PANEL_SIZE[1] + label_room) * rows + 0.3
+    width, height = panel_width * columns, (PANEL_SIZE[1] + label_room) * rows + 0.6
     fig = Figure(figsize=(width, height))
     fig.subplots_adjust(left=0.9 / width, right=1 - 0.2 / width, bottom=label_room / height,
-                        top=1 - 0.45 / height, wspace=0.35, hspace=(label_room + 0.7) / PANEL_SIZE[1])
+                        top=1 - 0.75 / height, wspace=0.35, hspace=(label_room + 0.7) / PANEL_SIZE[1])
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     x = {v: i for i, v in enumerate(variants)}
     for ax, title in zip(axes, panels):
@@ -85,7 +103,6 @@ def interval_panels(data: pl.DataFrame, *, panel: str, name: str, metric: str = 
         base = part.filter(pl.col("variant") == baseline)["mean"] if baseline is not None else []
         if len(base):
             ax.axhline(base[0], color="0.3", linestyle="--", linewidth=1, label=f"{baseline} (baseline)")
-            ax.legend(fontsize=FONT, loc="best", frameon=False)
         if log:
             ax.set_yscale("log")
         ax.set_xticks(range(len(variants)), [str(v) for v in variants], fontsize=FONT, rotation=90)
@@ -94,12 +111,16 @@ def interval_panels(data: pl.DataFrame, *, panel: str, name: str, metric: str = 
     for ax in axes[len(panels):]:
         fig.delaxes(ax)
     _share_y(axes[:len(panels)], [data.filter(pl.col(panel) == t)[metric][0] for t in panels])
-    return svg(fig, name)
+    handles = dict(zip(*reversed(axes[0].get_legend_handles_labels())))
+    if handles:  # one legend for the figure, above the panels
+        fig.legend(list(handles.values()), list(handles), loc="upper right", bbox_to_anchor=(1, 1),
+                   fontsize=FONT, frameon=False)
+    return fig
 
 
-def line_panels(data: pl.DataFrame, *, panel: str, series: str, x: str, name: str, xlabel: str, ylabel: str,
-                legend: str, y: str = "mean", sd: str | None = "sd", xticks: dict | None = None,
-                metric: str | None = None, baseline: dict | None = None) -> str | None:
+def line_figure(data: pl.DataFrame, *, panel: str, series: str, x: str, xlabel: str, ylabel: str, legend: str,
+                y: str = "mean", sd: str | None = "sd", xticks: dict | None = None, metric: str | None = None,
+                baseline: dict | None = None) -> Figure | None:
     """One panel per distinct `panel` value that has at least two points along x (the first MAX_PANELS; a
     one-point panel is no curve: its number is in the table), one line per `series` value (x ascending)
     with a ±sd band, and one legend (titled `legend`) for all panels; `xticks`: tick labels by x value.
@@ -153,11 +174,11 @@ def line_panels(data: pl.DataFrame, *, panel: str, series: str, x: str, name: st
     fig.legend(list(handles.values()), list(handles), loc="upper left",
                bbox_to_anchor=(1 - LEGEND_WIDTH / width, 1 - 0.3 / height), fontsize=FONT, title=legend,
                title_fontsize=FONT, frameon=False)
-    return svg(fig, name)
+    return fig
 
 
-def heat_map(values: np.ndarray, rows: list[str], columns: list[str], *, name: str, title: str, xlabel: str,
-             ylabel: str, fmt: str, centre: bool, label: str = "", unclear: np.ndarray | None = None) -> str:
+def heat_map_figure(values: np.ndarray, rows: list[str], columns: list[str], *, title: str, xlabel: str,
+                    ylabel: str, fmt: str, centre: bool, label: str = "", unclear: np.ndarray | None = None) -> Figure:
     """A matrix with its values written in the cells. `centre`: differences, on a colour scale symmetric
     around 0 (red below, green above: the college report's head deltas) with a colour bar titled `label`,
     and the cells `unclear` marks (their interval includes 0, or there is none) hatched and marked
@@ -202,7 +223,7 @@ def heat_map(values: np.ndarray, rows: list[str], columns: list[str], *, name: s
         bar = fig.colorbar(mesh, ax=ax, shrink=0.8)
         bar.ax.tick_params(labelsize=FONT)
         bar.set_label(label, fontsize=FONT)
-    return svg(fig, name)
+    return fig
 
 
 def _style(ax, title: str, xlabel: str, ylabel: str) -> None:

@@ -149,19 +149,22 @@ def _main(results, summary, levels):
     variants, baseline, seeds = [labels[v] for v in results.variants], results.baseline, len(results.spec["seeds"])
     summary = _relabelled(summary, labels)
     baseline = labels.get(baseline, baseline)
+    figures = _figures(_main_figure(summary, baseline)) if len(variants) > 1 else ()  # nothing to compare
     note = ("Each cell: mean ± sample sd of the primary metric over training seeds, [its 95% percentile "
-            "bootstrap interval], (n runs); the figure draws the means with those intervals"
-            + (f" and `{baseline}` as a dashed line." if baseline else ".") + _selection_note(summary))
+            "bootstrap interval] (from two runs on), (n runs)"
+            + ("; the figure draws each mean with that interval" + (f", and `{baseline}` as a dashed line"
+                                                                     if baseline else "") if figures else "")
+            + "." + _selection_note(summary))
     own = _own_models(results)
     if own and len(results.spec.get("models", [])) == 1:
         note += (" " + ", ".join(f"`{labels[v]}` is {m}" for v, m in own.items()) + " (a model of its own), shown "
                  "in the study model's rows; its difference from the baseline is paired on training seeds.")
+    tests = summary["p_value"].count()
     versus = (f"difference from `{baseline}` (mean over seeds) and the paired t-test's p-value over the seeds "
-              "both ran (none with fewer than two), with the p-value adjusted for the study's "
-              f"{summary['p_value'].count()} comparisons (Benjamini–Hochberg false discovery rate over every "
-              "p-value of this table: **BH p**); with many comparisons, some raw p below 0.05 are expected by "
-              "chance alone")
-    figures = _figures(_main_figure(summary, baseline)) if len(variants) > 1 else ()  # nothing to compare
+              "both ran (none with fewer than two)"
+              + (f", with the p-value adjusted for the study's {tests} comparisons (Benjamini–Hochberg false "
+                 "discovery rate over every p-value of this table: **BH p**); with many comparisons, some raw p "
+                 "below 0.05 are expected by chance alone" if tests > 1 else ""))
     if len(variants) > MAX_VARIANT_COLUMNS:
         note += f" {len(variants)} variants, one row each" + (f", with the {versus}." if baseline else ".")
         return [Section("Main table", note, (("", long_table(summary, seeds)),), figures)], {}
@@ -372,7 +375,7 @@ def _perplexity(results, summary, levels):
         lines = lines.with_columns(_label(panel_keys).alias("_panel"))
         # the variants side by side within each eval split: what forgets more, on one log axis
         by_split = _relabelled(lines, variant_labels(results.spec["variants"])).with_columns(
-            _label([k for k in ("model", "task", "intermediate", "data") if k in panel_keys] + ["split"])
+            _label([*_shown(lines, ["model", "task", "intermediate", "fraction", "count"], always=("task",)), "split"])
             .alias("_split"))
         figure = plots.line_panels(by_split, panel="_split", series="variant", x="step", name="forgetting",
                                    xlabel="training step", ylabel="perplexity", legend="variant")
