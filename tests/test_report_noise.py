@@ -219,7 +219,7 @@ def test_level_curves_only_along_ordered_levels_with_the_baseline_drawn():
             for v in numeric for s in SEEDS]
     page = html(build_report(_results("partial-reinit", _runs(rows), numeric)))
     curves = _section(page, "Curves by k")
-    assert "<svg" in curves and ">baseline<" in curves  # the unmodified model as a dashed line
+    assert "<svg" in curves and plots.BASELINE in curves  # the unmodified model as a dashed line
     named = [{"name": "pre-trained", "interventions": []},
              *({"name": d, "interventions": [], "levels": {"distribution": d}} for d in ("normal", "uniform"))]
     rows = [{"variant": v["name"], "task": "rte", "seed": s, "value": 0.7 + 0.01 * s} for v in named for s in SEEDS]

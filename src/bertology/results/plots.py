@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 PANELS_PER_ROW = 3
@@ -33,7 +34,8 @@ LEGEND_WIDTH = 2.2  # inches
 FONT = 10  # points: no text is smaller
 TITLE_FONT = 11
 LOG_METRICS = ("perplexity",)  # metrics drawn on a log axis
-NOT_SIGNIFICANT = "n.s."  # the mark of a heat-map cell whose interval includes 0
+NOT_SIGNIFICANT = "n.s."
+BASELINE = "baseline (dashed)"  # the legend entry of the unmodified model's lines  # the mark of a heat-map cell whose interval includes 0
 
 
 def svg(fig: Figure | None, name: str) -> str | None:
@@ -102,7 +104,8 @@ def interval_figure(data: pl.DataFrame, *, panel: str, metric: str = "metric",
             ax.errorbar(xs, mean, yerr=error, fmt="none", ecolor="0.2", elinewidth=1, capsize=3)
         base = part.filter(pl.col("variant") == baseline)["mean"] if baseline is not None else []
         if len(base):
-            ax.axhline(base[0], color="0.3", linestyle="--", linewidth=1, label=f"{baseline} (baseline)")
+            ax.axhline(base[0], color="0.3", linestyle="--", linewidth=1,
+                       label=baseline if "baseline" in str(baseline) else f"{baseline} (baseline)")
         if log:
             ax.set_yscale("log")
         ax.set_xticks(range(len(variants)), [str(v) for v in variants], fontsize=FONT, rotation=90)
@@ -156,7 +159,7 @@ def line_figure(data: pl.DataFrame, *, panel: str, series: str, x: str, xlabel: 
                 band = line[sd].cast(pl.Float64).fill_null(0.0).to_numpy()
                 ax.fill_between(xs, ys - band, ys + band, color=color, alpha=0.2, linewidth=0)
             if baseline and baseline.get((title, label)) is not None:
-                ax.axhline(baseline[(title, label)], color=color, linestyle="--", linewidth=1, label="baseline")
+                ax.axhline(baseline[(title, label)], color=color, linestyle="--", linewidth=1, label=BASELINE)
         if _is_log(metrics[-1]):
             ax.set_yscale("log")
         _style(ax, title, xlabel, ylabel)
@@ -171,6 +174,8 @@ def line_figure(data: pl.DataFrame, *, panel: str, series: str, x: str, xlabel: 
     for ax in axes[:len(panels)]:  # every line once, the baseline's too
         for handle, text in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(text, handle)
+    if handles.pop(BASELINE, None) is not None:  # last, in grey: each curve's baseline is in its own colour
+        handles[BASELINE] = Line2D([], [], color="0.3", linestyle="--", linewidth=1)
     fig.legend(list(handles.values()), list(handles), loc="upper left",
                bbox_to_anchor=(1 - LEGEND_WIDTH / width, 1 - 0.3 / height), fontsize=FONT, title=legend,
                title_fontsize=FONT, frameon=False)
