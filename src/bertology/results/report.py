@@ -1,18 +1,23 @@
 """The study report: which tables and plots a study gets, and their Markdown and HTML renderings.
 
 The layout follows from what the study varies, never from its name:
-- always: the main table (variants as columns; with more than MAX_VARIANT_COLUMNS variants a long form, one
-  row per variant), each variant's difference from the unmodified model with its paired p-value, and the
-  runs that are missing or failed (never dropped silently);
+- always: the main table (mean ± sd [95% interval] (n); variants as columns; with more than
+  MAX_VARIANT_COLUMNS variants a long form, one row per variant) and its figure (each variant's mean with
+  its interval, the unmodified model dashed), where the best epoch was chosen on the reported split, each
+  variant's difference from the unmodified model with its paired p-value and the Benjamini–Hochberg
+  adjusted one, and the runs that are missing or failed (never dropped silently);
 - variants with `layer` and `head` levels: the head deltas as layer × head matrices and heat maps, and
   their summary per layer, per head and over all heads;
-- any other level axis (e.g. K, the layers re-initialised): the primary metric along it per data size;
+- any other numeric level axis (e.g. K, the layers re-initialised): the primary metric along it per data
+  size, with the unmodified model dashed;
 - intermediate tasks: the sequential matrix (intermediate × final task);
 - a training-loss series (`log_every`): the loss against the training step, one line per variant;
-- perplexity curves (a masked-LM task): the forgetting curve, and the best-point perplexity per eval split;
+- perplexity curves (a masked-LM task): the forgetting curve (a panel per eval split, the variants its
+  lines), and the best-point perplexity per eval split;
 - activation distances: their curves per layer; weight distances with more than one data size: the
-  distance per layer and size; a model profile: parameters and inference speed; vocabulary analyses of the
-  study's models: the vocabulary table; on request, the best run of each group.
+  distance per layer and size; a model profile whose variants differ in size: parameters and inference
+  speed (otherwise the speeds differ by noise alone); vocabulary analyses of the study's models: the
+  vocabulary table; on request, the best run of each group.
 
 What follows from the paper a study reproduces (bertology.results.conventions): the best run of each group
 for the monolingual report's studies, MRPC by accuracy in the college report's sequential matrix. As the
