@@ -127,6 +127,14 @@ def test_model_size_and_speed_only_where_the_variants_sizes_differ(reversed_repo
     removal = build_report(_results("layer-removal", _reversed_runs(), REVERSED,
                                     model_profile=_profile({"pre-trained": 12, "reversed": 6, "clean": 12})))
     assert "## Model size and inference speed" in markdown(removal)
+    # a variant with a model of its own the same size (crosslingual-mlm's native model) is no size change,
+    # one of another size (layer-removal's DistilBERT) is
+    own = [*REVERSED[:2], {**REVERSED[2], "model": "native"}]
+    for layers, shown in ((12, False), (6, True)):
+        profile = _profile({"pre-trained": 12, "reversed": 12, "clean": layers}).with_columns(
+            pl.when(pl.col("variant") == "clean").then(pl.lit("native")).otherwise("model").alias("model"))
+        text = markdown(build_report(_results("crosslingual-mlm", _reversed_runs(), own, model_profile=profile)))
+        assert ("## Model size and inference speed" in text) == shown
 
 
 def test_every_report_says_where_the_best_epoch_was_chosen_on_the_reported_split(reversed_report):

@@ -469,10 +469,11 @@ def _profile(results, summary, levels):
         return [], {}
     profile = analysis.model_profile_summary(results.tables["model_profile"], results.baseline)
     size = [c for c in ("n_params", "encoder_layers") if c in profile.columns]
-    by_model = ["model"] if "model" in profile.columns else []
+    # per study model; with one, a variant's own model (DistilBERT) is compared with it too
+    by_model = ["model"] if "model" in profile.columns and len(results.spec.get("models", [])) > 1 else []
     resized = bool(size) and (profile.group_by(by_model or pl.lit(0)).agg(pl.struct(size).n_unique().alias("_n"))
                               ["_n"].max() > 1)
-    if not resized and not set(_own_models(results)) & set(profile["variant"]):
+    if not resized:
         # every variant has its model's size: their speeds differ by measurement noise alone (a head
         # re-initialised, layers reversed), not a finding; the numbers stay in tables/model_profile.parquet
         return [], {"model_profile": profile}
