@@ -23,7 +23,7 @@ import polars as pl
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 PANELS_PER_ROW = 3
 MAX_PANELS = 12  # a figure's panels beyond these are left out (their numbers are in the tables)
@@ -84,7 +84,7 @@ def interval_figure(data: pl.DataFrame, *, panel: str, metric: str = "metric",
     label_room = 0.1 * max(len(str(v)) for v in variants) + 0.5
     width, height = panel_width * columns, (PANEL_SIZE[1] + label_room) * rows + 0.6
     fig = Figure(figsize=(width, height))
-    fig.subplots_adjust(left=0.9 / width, right=1 - 0.2 / width, bottom=label_room / height,
+    fig.subplots_adjust(left=1.1 / width, right=1 - 0.2 / width, bottom=label_room / height,
                         top=1 - 0.75 / height, wspace=0.35, hspace=(label_room + 0.7) / PANEL_SIZE[1])
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     x = {v: i for i, v in enumerate(variants)}
@@ -244,13 +244,19 @@ def _is_log(metric) -> bool:
 
 
 def _share_y(axes, metrics: list) -> None:
-    """Panels of one metric get the union of their y-ranges, so that heights compare across panels."""
+    """Panels of one metric get the union of their y-ranges, so that heights compare across panels; a log
+    axis gets plain-number ticks (evenly spaced within a decade, where the log ticks would be few)."""
     for metric in set(map(str, metrics)):
         same = [ax for ax, m in zip(axes, metrics) if str(m) == metric]
         low = min(ax.get_ylim()[0] for ax in same)
         high = max(ax.get_ylim()[1] for ax in same)
         for ax in same:
             ax.set_ylim(low, high)
+            if ax.get_yscale() == "log":
+                if high < 10 * low:
+                    ax.yaxis.set_major_locator(MaxNLocator(5))
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 100 else f"{v:.3g}"))
+                ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _colors(n: int) -> list:
