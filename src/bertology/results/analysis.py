@@ -12,6 +12,7 @@ points along the step or level axis ascending.
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from bertology.results import stats
@@ -28,9 +29,12 @@ EVAL, TRAIN = "eval", "train"  # the curves table's kinds of row: evaluation poi
 def primary_summary(runs: pl.LazyFrame | pl.DataFrame, baseline: str | None) -> pl.DataFrame:
     """Every report's main table and its Δ (p) table (e.g. monolingual report, Tables 1 and 3–6): per
     (row, variant) of the primary metric, n, mean, sd, the bootstrap 95% interval, and against `baseline`
-    the difference and the paired t-test's p-value (bertology.results.stats.summarize)."""
+    the difference and the paired t-test's p-value (bertology.results.stats.summarize), and `p_bh`: that
+    p-value adjusted for the study's many comparisons (Benjamini–Hochberg over every p-value of the table)."""
     runs = runs.lazy()
-    return stats.summarize(runs.filter(pl.col("primary")), by=_present(runs, ROWS), baseline=baseline)
+    summary = stats.summarize(runs.filter(pl.col("primary")), by=_present(runs, ROWS), baseline=baseline)
+    adjusted = stats.adjusted_p_values(summary["p_value"].cast(pl.Float64).fill_null(np.nan).to_numpy())
+    return summary.with_columns(pl.Series("p_bh", adjusted).fill_nan(None))
 
 
 def beside_study_model(runs: pl.LazyFrame | pl.DataFrame, own_models: dict[str, str],
@@ -85,10 +89,12 @@ def level_axes(levels: pl.DataFrame) -> dict[str, list[str]]:
 
 def head_deltas(summary: pl.DataFrame, levels: pl.DataFrame) -> pl.DataFrame:
     """College report, Figures 5–6: per task, each head variant's (levels layer and head) mean primary
-    metric minus the baseline variant's mean (`summary` from `primary_summary` with that baseline)."""
+    metric minus the baseline variant's mean (`summary` from `primary_summary` with that baseline), with
+    its paired p-value and the adjusted one (`p_bh`), where `summary` has them."""
     heads = levels.select("variant", *HEAD_AXES).drop_nulls()
     return (summary.join(heads, on="variant", maintain_order="left")
-            .select(*_present(summary, ROWS), *HEAD_AXES, "variant", "n", "mean", "baseline_mean", "delta"))
+            .select(*_present(summary, ROWS), *HEAD_AXES, "variant", "n", "mean", "baseline_mean", "delta",
+                    *_present(summary, ("p_value", "p_bh"))))
 
 
 def head_delta_summary(deltas: pl.DataFrame) -> pl.DataFrame:

@@ -1,18 +1,23 @@
 """The study report: which tables and plots a study gets, and their Markdown and HTML renderings.
 
 The layout follows from what the study varies, never from its name:
-- always: the main table (variants as columns; with more than MAX_VARIANT_COLUMNS variants a long form, one
-  row per variant), each variant's difference from the unmodified model with its paired p-value, and the
-  runs that are missing or failed (never dropped silently);
+- always: the main table (mean ± sd [95% interval] (n); variants as columns; with more than
+  MAX_VARIANT_COLUMNS variants a long form, one row per variant) and its figure (each variant's mean with
+  its interval, the unmodified model dashed), where the best epoch was chosen on the reported split, each
+  variant's difference from the unmodified model with its paired p-value and the Benjamini–Hochberg
+  adjusted one, and the runs that are missing or failed (never dropped silently);
 - variants with `layer` and `head` levels: the head deltas as layer × head matrices and heat maps, and
   their summary per layer, per head and over all heads;
-- any other level axis (e.g. K, the layers re-initialised): the primary metric along it per data size;
+- any other numeric level axis (e.g. K, the layers re-initialised): the primary metric along it per data
+  size, with the unmodified model dashed;
 - intermediate tasks: the sequential matrix (intermediate × final task);
 - a training-loss series (`log_every`): the loss against the training step, one line per variant;
-- perplexity curves (a masked-LM task): the forgetting curve, and the best-point perplexity per eval split;
+- perplexity curves (a masked-LM task): the forgetting curve (a panel per eval split, the variants its
+  lines), and the best-point perplexity per eval split;
 - activation distances: their curves per layer; weight distances with more than one data size: the
-  distance per layer and size; a model profile: parameters and inference speed; vocabulary analyses of the
-  study's models: the vocabulary table; on request, the best run of each group.
+  distance per layer and size; a model profile whose variants differ in size: parameters and inference
+  speed (otherwise the speeds differ by noise alone); vocabulary analyses of the study's models: the
+  vocabulary table; on request, the best run of each group.
 
 What follows from the paper a study reproduces (bertology.results.conventions): the best run of each group
 for the monolingual report's studies, MRPC by accuracy in the college report's sequential matrix. As the
@@ -27,15 +32,18 @@ inline CSS and SVG, nothing fetched.
 from __future__ import annotations
 
 import html as html_lib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
 
+from bertology.errors import BadInput
 from bertology.results import analysis, conventions, paper_comparison, plots
 from bertology.results.analysis import HEAD_AXES, ROWS
 from bertology.results.study_results import StudyResults
+from bertology.tasks.registry import get_task
 
 MAX_VARIANT_COLUMNS = 12
 FORGETTING_STEPS = 6  # evaluation steps the forgetting table prints (the plot and its Parquet keep all)
@@ -43,6 +51,8 @@ LOSS_STEPS = 6  # training steps the training-loss table prints (the plot and it
 LOSS_LINES = 12  # variants the training-loss plot draws (the table and its Parquet keep all)
 DESCRIBE = ("n", "mean", "std", "min", "25%", "50%", "75%", "max")
 SIZE = {"fraction": pl.Float64, "count": pl.Int64}  # the training-data size labels
+MEAN_CI = ("mean", "sd", "ci_low", "ci_high", "n")  # a main-table cell's columns
+DELTA_P = ("delta", "p_value", "p_bh")  # a difference cell's columns
 CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:80em;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.85em}
 th,td{border:1px solid #ccc;padding:.2em .5em;text-align:left}th{background:#f3f3f3}
@@ -97,27 +107,37 @@ def build_report(results: StudyResults, *, best_of_runs: bool = False) -> Report
 
 def mean_sd_n(mean: float | None, sd: float | None, n: int | None, expected_n: int | None = None) -> str:
     """`mean ± sd (n=…)`, flagging a group with fewer runs than the plan expected."""
+    return mean_sd_ci_n(mean, sd, None, None, n, expected_n)
+
+
+def mean_sd_ci_n(mean: float | None, sd: float | None, low: float | None, high: float | None, n: int | None,
+                 expected_n: int | None = None) -> str:
+    """`mean ± sd [95% interval] (n=…)` (no interval for fewer than two runs), flagging a group with fewer
+    runs than the plan expected."""
     if mean is None:
         return "—"
     flag = "" if expected_n is None or n == expected_n else f" of {expected_n}"
-    return f"{mean:.3f} ± {'—' if sd is None else f'{sd:.3f}'} (n={n}{flag})"
+    interval = "" if low is None or high is None else f" [{low:.3f}, {high:.3f}]"
+    return f"{mean:.3f} ± {'—' if sd is None else f'{sd:.3f}'}{interval} (n={n}{flag})"
 
 
-def delta_p(delta: float | None, p_value: float | None) -> str:
+def delta_p(delta: float | None, p_value: float | None, p_bh: float | None = None) -> str:
+    """`Δ (p=…; BH p=…)`: the raw paired p-value and the one adjusted for the study's many comparisons."""
     if delta is None:
         return "—"
-    return f"{delta:+.3f}" + ("" if p_value is None else f" (p={p_value:.3g})")
+    adjusted = "" if p_bh is None else f"; BH p={p_bh:.3g}"
+    return f"{delta:+.3f}" + ("" if p_value is None else f" (p={p_value:.3g}{adjusted})")
 
 
 def main_table(summary: pl.DataFrame, variants: list[str], expected_n: int) -> pl.DataFrame:
     """The reports' layout: one row per (model, task, eval split), one column per variant."""
-    return _wide(summary.with_columns(_text(mean_sd_n, "mean", "sd", "n", expected_n=expected_n)), variants)
+    return _wide(summary.with_columns(_text(mean_sd_ci_n, *MEAN_CI, expected_n=expected_n)), variants)
 
 
 def delta_table(summary: pl.DataFrame, variants: list[str], baseline: str) -> pl.DataFrame:
     """Each other variant's `Δ (p=…)` against the baseline, in the main table's layout."""
     others = summary.filter(pl.col("variant") != baseline)
-    return _wide(others.with_columns(_text(delta_p, "delta", "p_value")), [v for v in variants if v != baseline])
+    return _wide(others.with_columns(_text(delta_p, *DELTA_P)), [v for v in variants if v != baseline])
 
 
 def long_table(summary: pl.DataFrame, expected_n: int) -> pl.DataFrame:
@@ -125,8 +145,8 @@ def long_table(summary: pl.DataFrame, expected_n: int) -> pl.DataFrame:
     many variants for columns."""
     summary = _sized(summary)
     return summary.select(*_row_columns(summary), "variant",
-                          _text(mean_sd_n, "mean", "sd", "n", expected_n=expected_n, name="mean ± sd (n)"),
-                          _text(delta_p, "delta", "p_value", name="Δ (p)"))
+                          _text(mean_sd_ci_n, *MEAN_CI, expected_n=expected_n, name="mean ± sd [95% CI] (n)"),
+                          _text(delta_p, *DELTA_P, name="Δ (p; BH p)"))
 
 
 def _main(results, summary, levels):
@@ -134,21 +154,57 @@ def _main(results, summary, levels):
     variants, baseline, seeds = [labels[v] for v in results.variants], results.baseline, len(results.spec["seeds"])
     summary = _relabelled(summary, labels)
     baseline = labels.get(baseline, baseline)
-    note = "Each cell: mean ± sample sd of the primary metric over training seeds (n runs)."
+    figures = _figures(_main_figure(summary, baseline)) if len(variants) > 1 else ()  # nothing to compare
+    note = ("Each cell: mean ± sample sd of the primary metric over training seeds, [its 95% percentile "
+            "bootstrap interval] (from two runs on), (n runs)"
+            + ("; the figure draws each mean with that interval" + (f", and `{baseline}` as a dashed line"
+                                                                     if baseline else "") if figures else "")
+            + "." + _selection_note(summary))
     own = _own_models(results)
     if own and len(results.spec.get("models", [])) == 1:
         note += (" " + ", ".join(f"`{labels[v]}` is {m}" for v, m in own.items()) + " (a model of its own), shown "
                  "in the study model's rows; its difference from the baseline is paired on training seeds.")
+    tests = summary["p_value"].count()
     versus = (f"difference from `{baseline}` (mean over seeds) and the paired t-test's p-value over the seeds "
-              "both ran (none with fewer than two)")
+              "both ran (none with fewer than two)"
+              + (f", with the p-value adjusted for the study's {tests} comparisons (Benjamini–Hochberg false "
+                 "discovery rate over every p-value of this table: **BH p**); with many comparisons, some raw p "
+                 "below 0.05 are expected by chance alone" if tests > 1 else ""))
     if len(variants) > MAX_VARIANT_COLUMNS:
         note += f" {len(variants)} variants, one row each" + (f", with the {versus}." if baseline else ".")
-        return [Section("Main table", note, (("", long_table(summary, seeds)),))], {}
-    sections = [Section("Main table", note, (("", main_table(summary, variants, seeds)),))]
+        return [Section("Main table", note, (("", long_table(summary, seeds)),), figures)], {}
+    sections = [Section("Main table", note, (("", main_table(summary, variants, seeds)),), figures)]
     if baseline is not None and len(variants) > 1:
         sections.append(Section("Difference from the unmodified model", versus[0].upper() + versus[1:] + ".",
                                 (("", delta_table(summary, variants, baseline)),)))
     return sections, {}
+
+
+def _main_figure(summary: pl.DataFrame, baseline: str | None) -> str | None:
+    """Every variant's mean with its 95% interval, a panel per main-table row (task, split, metric…)."""
+    labelled = _sized(summary)
+    keys = _shown(labelled, [k for k in ROWS if k != "metric"], always=("task",)) + ["metric"]
+    return plots.interval_panels(labelled.with_columns(_label(keys).alias("_panel")), panel="_panel",
+                                 name="main", baseline=baseline)
+
+
+def _selection_note(summary: pl.DataFrame) -> str:
+    """Where a run's best epoch was chosen on the split the table reports (bertology.train.loop: the best
+    point by the primary metric on the task's first eval split), say so: that split's number is the best
+    of several epochs, an optimistic estimate; the other splits are not selected on."""
+    chosen = []
+    for task in summary["task"].unique(maintain_order=True):
+        try:
+            first = get_task(task).eval_splits[0]
+        except BadInput:  # a task this code does not know (older results): nothing to say
+            continue
+        if first in set(summary.filter(pl.col("task") == task)["split"]):
+            chosen.append(f"{task} {first}")
+    if not chosen:
+        return ""
+    return (" Each run's best epoch (by the primary metric) was chosen on the split this table reports for "
+            f"{', '.join(chosen)}: those numbers are the best of several epochs on the same data, an optimistic "
+            "estimate.")
 
 
 def _best_of_runs(results, summary, levels):
@@ -177,6 +233,8 @@ def _heads(results, summary, levels):
         layers, heads = sorted(group["layer"].unique()), sorted(group["head"].unique())
         wide = group.pivot(on="head", on_columns=heads, index="layer", values="delta").sort("layer")
         matrix = wide.drop("layer").to_numpy().astype(float)
+        p_values = (group.pivot(on="head", on_columns=heads, index="layer", values="p_value").sort("layer")
+                    .drop("layer").to_numpy().astype(float))
         shown = pl.DataFrame({"layer": [one_based(v) for v in layers]}).with_columns(
             pl.Series(f"head {one_based(h)}", [_signed(v) for v in matrix[:, j]]) for j, h in enumerate(heads))
         baseline = group["baseline_mean"].drop_nulls()
@@ -184,10 +242,13 @@ def _heads(results, summary, levels):
         tables.append((caption, shown))
         figures.append(plots.heat_map(matrix, [one_based(v) for v in layers], [one_based(h) for h in heads],
                                       name=f"heads-{i}", title=caption, xlabel="head", ylabel="layer", fmt="+.3f",
-                                      centre=True))
+                                      centre=True, label=f"Δ {group['metric'][0]} vs the baseline",
+                                      unclear=~(p_values < 0.05)))
     note = ("Each head variant's mean primary metric minus the baseline's, per task (the college report's "
-            "Figures 5–6): green above the baseline, red below. Layers and heads numbered from 1, as the report "
-            "does (L1H1: the weights' layer 0, head 0).")
+            "Figures 5–6): green above the baseline, red below, on a colour scale symmetric around 0. Hatched "
+            "cells marked n.s.: the 95% interval of the paired difference includes 0 (paired t-test p ≥ 0.05, "
+            "before any adjustment for the many heads), or there is no interval (fewer than two seeds). Layers "
+            "and heads numbered from 1, as the report does (L1H1: the weights' layer 0, head 0).")
     described = analysis.head_delta_summary(deltas)
     shown = _sized(described).with_columns(pl.col("index") + 1)
     shown = shown.select(*_shown(shown, keys), "over", "index", "n", *(
@@ -204,8 +265,8 @@ def _level_curves(results, summary, levels):
     heads = set(HEAD_AXES) <= set(levels.columns)
     sections, tables = [], {}
     for axis, aliases in analysis.level_axes(levels.drop(HEAD_AXES) if heads else levels).items():
-        if levels[axis].drop_nulls().n_unique() < 2:
-            continue
+        if levels[axis].drop_nulls().n_unique() < 2 or not levels[axis].dtype.is_numeric():
+            continue  # a curve needs ordered levels (numbers); named categories are the main figure's bars
         curves = analysis.level_curves(results.tables["runs"], levels, axis)
         if curves.is_empty():
             continue
@@ -225,13 +286,18 @@ def _level_curves(results, summary, levels):
                                       _label(["data", *(f"{o}=" for o in others)]).alias("_series"))
         ticks = {v: name.replace(" · ", "\n").removeprefix(f"{axis}=") for v, name in names.items()} if aliases else None
         metrics = curves["metric"].unique()
+        base = summary.filter(pl.col("variant") == results.baseline) if results.baseline else summary.clear()
+        baseline = ({(p, d): m for p, d, m in _sized(base).select(_label(panel_keys), _label(["data"]), "mean").rows()}
+                    if not others else None)
         figure = plots.line_panels(lines, panel="_panel", series="_series", x=axis, name=f"levels-{axis}",
                                    xlabel=axis, ylabel=metrics[0] if len(metrics) == 1 else "primary metric",
-                                   legend="training data", xticks=ticks)
+                                   legend="training data", xticks=ticks, metric="metric", baseline=baseline)
         title = f"Curves by {' · '.join((axis, *aliases))}"
         note = (f"The primary metric by `{axis}`, one curve per training-data size: mean ± sd over seeds "
-                "(partial-reinit report, Figures 1–2; college report, Figure 3).")
-        sections.append(Section(title, note, (("", shown.fill_null("—")),), (figure,)))
+                "(partial-reinit report, Figures 1–2; college report, Figure 3)"
+                + (f"; dashed, in each curve's colour: `{results.baseline}`, the unmodified model, on the same "
+                   "data." if baseline else "."))
+        sections.append(Section(title, note, (("", shown.fill_null("—")),), _figures(figure)))
     return sections, tables
 
 
@@ -299,7 +365,7 @@ def _training_loss(results, summary, levels):
             "few of the steps, tables/training_loss.parquet all of them."
             + (f" The plot draws the first {LOSS_LINES} of {len(variants)} variants." if len(variants) > LOSS_LINES
                else ""))
-    return [Section("Training loss", note, (("", shown),), (figure,))], {"training_loss": loss}
+    return [Section("Training loss", note, (("", shown),), _figures(figure))], {"training_loss": loss}
 
 
 def _perplexity(results, summary, levels):
@@ -312,8 +378,12 @@ def _perplexity(results, summary, levels):
         panel_keys = _shown(lines, ["model", "variant", "task", "intermediate", "fraction", "count"],
                             always=("variant",))
         lines = lines.with_columns(_label(panel_keys).alias("_panel"))
-        figure = plots.line_panels(lines, panel="_panel", series="split", x="step", name="forgetting",
-                                   xlabel="training step", ylabel="perplexity", legend="eval split")
+        # the variants side by side within each eval split: what forgets more, on one log axis
+        by_split = _relabelled(lines, variant_labels(results.spec["variants"])).with_columns(
+            _label([*_shown(lines, ["model", "task", "intermediate", "fraction", "count"], always=("task",)), "split"])
+            .alias("_split"))
+        figure = plots.line_panels(by_split, panel="_split", series="variant", x="step", name="forgetting",
+                                   xlabel="training step", ylabel="perplexity", legend="variant")
         steps = forgetting["step"].unique().sort()
         picked = steps.gather(np.unique(np.linspace(0, len(steps) - 1, FORGETTING_STEPS).round().astype(int)))
         splits = forgetting["split"].unique(maintain_order=True).to_list()
@@ -325,8 +395,9 @@ def _perplexity(results, summary, levels):
                  .rename({"_panel": " · ".join(panel_keys)}).fill_null("—"))
         note = ("Perplexity on every eval split during fine-tuning, mean (± sd) over seeds, at a few of the "
                 "evaluation steps (all of them in the plot and in tables/forgetting_curve.parquet): the "
-                "cross-lingual report's Table 1 and Figure 2.")
-        sections.append(Section("Forgetting curve", note, (("", shown),), (figure,)))
+                "cross-lingual report's Table 1 and Figure 2. The plot has a panel per eval split, the variants "
+                "as lines in it, on a log axis shared by all panels.")
+        sections.append(Section("Forgetting curve", note, (("", shown),), _figures(figure)))
     best = analysis.freezing_perplexity(results.tables["runs"])
     if not best.is_empty():
         tables["freezing_perplexity"] = best
@@ -363,7 +434,7 @@ def _activations(results, summary, levels):
     note = ("Mean L2 distance between the fine-tuned model's hidden states and the native reference model's on a "
             "fixed batch, per layer (the embeddings' output, then layers 1 to L) during fine-tuning, mean ± sd over seeds; the table gives "
             "the last evaluation step (the cross-lingual report's Figures 1, 3 and A.1–A.4).")
-    return ([Section("Hidden-state distance to the native model", note, (("", shown),), (figure,))],
+    return ([Section("Hidden-state distance to the native model", note, (("", shown),), _figures(figure))],
             {"activation_distance": curves})
 
 
@@ -389,7 +460,7 @@ def _weights(results, summary, levels):
              .with_columns(pl.col("layer").replace_strict(names, return_dtype=pl.String)).fill_null("—"))
     note = ("L2 distance between the built and the fine-tuned weights per layer (embeddings, layers 1 to L, "
             "pooler), by training-data size, mean ± sd over seeds (the partial-reinit report's Figure 3); per module in tables/weight_distance.parquet.")
-    return ([Section("Weight distance by training-data size", note, (("", shown),), (figure,))],
+    return ([Section("Weight distance by training-data size", note, (("", shown),), _figures(figure))],
             {"weight_distance": per_module, "weight_distance_by_layer": per_layer})
 
 
@@ -397,6 +468,15 @@ def _profile(results, summary, levels):
     if "model_profile" not in results.tables:
         return [], {}
     profile = analysis.model_profile_summary(results.tables["model_profile"], results.baseline)
+    size = [c for c in ("n_params", "encoder_layers") if c in profile.columns]
+    # per study model; with one, a variant's own model (DistilBERT) is compared with it too
+    by_model = ["model"] if "model" in profile.columns and len(results.spec.get("models", [])) > 1 else []
+    resized = bool(size) and (profile.group_by(by_model or pl.lit(0)).agg(pl.struct(size).n_unique().alias("_n"))
+                              ["_n"].max() > 1)
+    if not resized:
+        # every variant has its model's size: their speeds differ by measurement noise alone (a head
+        # re-initialised, layers reversed), not a finding; the numbers stay in tables/model_profile.parquet
+        return [], {"model_profile": profile}
     keys = _shown(profile, ["model", "device", "batch_size", "seq_len", "variant"], always=("variant",))
     cost = ([_text(lambda x: "—" if x is None else f"{x:.2f}", "intervention_cpu_seconds", name="cost to make (CPU s)")]
             if "intervention_cpu_seconds" in profile.columns else [])
@@ -408,6 +488,11 @@ def _profile(results, summary, levels):
     note = ("Parameters, encoder layers, the intervention's cost and inference speed of each variant, with the "
             "speed relative to the unmodified model on the same device (the monolingual report's Table 7).")
     return [Section("Model size and inference speed", note, (("", shown),))], {"model_profile": profile}
+
+
+def _figures(*figures: str | None) -> tuple[str, ...]:
+    """The figures that were drawn (a plot function gives None when there is nothing to draw)."""
+    return tuple(f for f in figures if f)
 
 
 def _vocabulary(results, summary, levels):
@@ -521,9 +606,9 @@ def markdown(report: Report) -> str:
 def html(report: Report) -> str:
     e = html_lib.escape
     title = f"{report.name} ({report.study_id})"
-    body = [f"<h1>{e(title)}</h1>", f"<p>{e(report.settings)}</p>"]
+    body = [f"<h1>{e(title)}</h1>", f"<p>{inline_html(report.settings)}</p>"]
     for section in report.sections:
-        body += ["<section>", f"<h2>{e(section.title)}</h2>", f"<p>{e(section.note)}</p>"]
+        body += ["<section>", f"<h2>{e(section.title)}</h2>", f"<p>{inline_html(section.note)}</p>"]
         body += [html_table(table, caption) for caption, table in section.tables]
         body += [f"<figure>{svg}</figure>" for svg in section.figures]
         if section.items:
@@ -532,6 +617,30 @@ def html(report: Report) -> str:
     return "\n".join(['<!DOCTYPE html>', '<html lang="en">', '<head>', '<meta charset="utf-8">',
                       f"<title>{e(title)}</title>", f"<style>{CSS}</style>", "</head>", "<body>", *body,
                       "</body>", "</html>", ""])
+
+
+def inline_html(text: str) -> str:
+    """The Markdown the notes use, as HTML: `code`, **bold** and [links](relative/or#anchor) (a link that
+    leaves the page stays text: the page fetches nothing). Everything else is escaped, so a note is never
+    markup of its own (no markdown library is a dependency; this subset is all the notes need)."""
+    parts = re.split(r"`([^`]+)`", text)  # odd parts: code spans, taken literally
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out.append(f"<code>{html_lib.escape(part)}</code>")
+            continue
+        part = html_lib.escape(part, quote=False)
+        part = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", part)
+        part = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", _link, part)
+        out.append(part)
+    return "".join(out)
+
+
+def _link(match: re.Match) -> str:
+    text, target = match.groups()
+    if re.match(r"([a-z][a-z0-9+.-]*:|//)", target, re.IGNORECASE):  # another site, or a scheme: plain text
+        return f"{text} ({target})"
+    return f'<a href="{html_lib.escape(target)}">{text}</a>'
 
 
 def markdown_table(df: pl.DataFrame) -> str:

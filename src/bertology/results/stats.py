@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 from scipy import special
+from scipy import stats as scipy_stats
 
 from bertology.errors import BadInput
 from bertology.tasks.registry import LOWER_IS_BETTER
@@ -91,6 +92,20 @@ def paired_p_values(deltas: np.ndarray) -> np.ndarray:
         p = 2 * special.stdtr(pairs - 1, -np.abs(mean / (sd / np.sqrt(pairs))))
     constant = np.fmax.reduce(deltas, axis=1) == np.fmin.reduce(deltas, axis=1)  # fmax/fmin skip NaN
     return np.where((pairs >= 2) & ~constant, p, np.nan)
+
+
+def adjusted_p_values(p_values: np.ndarray) -> np.ndarray:
+    """Benjamini–Hochberg adjusted p-values (scipy.stats.false_discovery_control) of one family of tests,
+    NaN where a test has no p-value: with many comparisons (head-reinit: a p-value per head and task), the
+    false discovery rate, not each raw p, says which differences are more than noise. Never below the raw p.
+    """
+    p_values = np.asarray(p_values, dtype=float)
+    out = np.full(p_values.shape, np.nan)
+    tested = ~np.isnan(p_values)
+    if tested.any():
+        out[tested] = np.maximum(scipy_stats.false_discovery_control(p_values[tested], method="bh"),
+                                 p_values[tested])
+    return out
 
 
 def bootstrap_intervals(values: np.ndarray, confidence: float, n_resamples: int,
