@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[demo,cluster,dev,tracking]'
+	$(PY) -m pip install -q -e '.[demo,cluster,dev,notebook,tracking]'
 	touch $(STAMP)
 
 install: $(STAMP)

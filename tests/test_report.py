@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from pathlib import Path
 
 import duckdb
 import pandas as pd
@@ -282,3 +283,30 @@ def test_polars_duckdb_and_pandas_read_the_same_rows(study):
         return frame.sort(columns, nulls_last=True).with_columns(pl.col("value").fill_nan(None)).rows()
 
     assert rows(via_polars) == rows(via_duckdb) == rows(via_pandas)
+
+
+def test_the_readmes_notebook_block_groups_by_split_and_agrees_across_readers(tmp_path, monkeypatch):
+    """The README's notebook block, run as it stands (its store path and study name pointed at a store whose
+    MNLI has two splits): Polars, DuckDB and pandas give the same groups and means, one per split."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = readme.split("gets the same groups and means from all three:\n\n```python\n", 1)[1].split("```", 1)[0]
+    store = open_store(str(tmp_path / ".bertology"))
+    checkpoint = CheckpointSpec("m")
+    for seed, value in ((1, 0.8), (2, 0.6)):
+        cell = Cell("reversed-layers", "pre-trained", "m", RunSpec(checkpoint, DatasetSpec("mnli", "synthetic", "m"),
+                                                                  seed=seed))
+        publish(store, "runs", cell, pa.Table.from_pylist([
+            {"split": split, "metric": "accuracy", "value": value + shift, "primary": True}
+            for split, shift in (("validation_matched", 0.0), ("validation_mismatched", 0.1))]))
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
+    key = ["variant", "task", "split", "metric"]
+    by_polars = scope["by_polars"].sort(key)
+    by_duckdb = scope["by_duckdb"].pl().sort(key)
+    by_pandas = pl.from_pandas(scope["by_pandas"].reset_index().rename(columns={"value": "mean"})).sort(key)
+    assert by_polars["split"].to_list() == ["validation_matched", "validation_mismatched"]
+    assert by_polars["mean"].to_list() == pytest.approx([0.7, 0.8])  # per split, never their average 0.75
+    for other in (by_duckdb, by_pandas):
+        assert other.select(key).rows() == by_polars.select(key).rows()
+        assert other["mean"].to_list() == pytest.approx(by_polars["mean"].to_list())
