@@ -283,8 +283,10 @@ def _apply_preset(preset: str, values: dict[str, Any]) -> list[str]:
     """Overwrite `values` with the preset's settings and limits; the changes, as lines for the log."""
     changes = []
     for key, value in PRESETS[preset].items():
-        if key == "count" and (values["sizes"] or values["fraction"] is not None):
-            continue  # the study's own size factor stands (the tiny preset keeps its first entries)
+        if key == "count" and (values["count"] is not None or values["fraction"] is not None):
+            continue  # a size the user gave (no workflow passes count or fraction) wins over the preset's
+        if key == "count" and values["sizes"]:
+            continue  # the study's size factor is scaled onto the preset's count below
         if values[key] != value and not (isinstance(value, list) and list(values[key]) == value):
             changes.append(f"{key}: {_show(values[key])} -> {_show(value)}")
             values[key] = value
@@ -293,12 +295,36 @@ def _apply_preset(preset: str, values: dict[str, Any]) -> list[str]:
         values["tasks"] = [preferred, *(t for t in values["tasks"] if t != preferred)]
     for key, limit in PRESET_LIMITS.get(preset, {}).items():
         if key in values and len(values[key]) > limit:
-            changes.append(f"{key}: {_show(values[key])} -> {_show(values[key][:limit])} (first {limit})")
+            show = _show_sizes if key == "sizes" else _show
+            changes.append(f"{key}: {show(values[key])} -> {show(values[key][:limit])} (first {limit})")
             values[key] = values[key][:limit]
+    count = PRESETS[preset].get("count")
+    if count is not None and values["sizes"]:
+        scaled = _scale_sizes(values["sizes"], count)
+        changes.append(f"sizes: {_show_sizes(values['sizes'])} -> {_show_sizes(scaled)} (scaled onto the preset's "
+                       f"{count} examples)")
+        values["sizes"] = scaled
     grids = [v for v in values["variants"] if isinstance(v, dict) and "grid" in v]
     if grids and "grid" in PRESET_LIMITS.get(preset, {}):
         changes.append(f"variant grids: first {PRESET_LIMITS[preset]['grid']} rows of each")
     return changes
+
+
+def _scale_sizes(sizes: tuple[Size, ...], count: int) -> tuple[Size, ...]:
+    """A study's size factor under a preset with its own `count`: all the data becomes the preset's count,
+    a fraction that share of it, and a count at most it (so partial-reinit's 100% / 10% under tiny train on 64
+    and 6 examples, not on the whole synthetic set); duplicates are dropped."""
+    scaled = []
+    for fraction, n in sizes:
+        if n is not None:
+            scaled.append((None, min(n, count)))
+        else:
+            scaled.append((None, count if fraction is None else max(1, round(count * fraction))))
+    return tuple(dict.fromkeys(scaled))
+
+
+def _show_sizes(sizes) -> str:
+    return json.dumps([1 if f is None and n is None else f if n is None else {"count": n} for f, n in sizes])
 
 
 def stand_in(preset: str, ref: str, what: str, changes: list[str]) -> str:
