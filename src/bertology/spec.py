@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from bertology.errors import BadInput
 
 # Bump a kind's version when the code producing its artifact changes what the artifact means.
-CODE_VERSIONS = {"checkpoint": "1", "dataset": "1", "run": "1", "study": "1", "vocab": "1"}
+CODE_VERSIONS = {"checkpoint": "1", "dataset": "1", "run": "1", "study": "1", "vocab": "1", "pretrain": "1"}
 
 
 def canonical_json(obj: Any) -> str:

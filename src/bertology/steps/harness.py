@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bertology import tiny_pretrain
 from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput, BertologyError, Transient
 from bertology.spec import parse_json_arg
 from bertology.steps import planned
@@ -69,6 +70,7 @@ def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list
         if args.spec is not None:
             args.spec = parse_json_arg(args.spec, "--spec")
         store = open_store(args.store)
+        tiny_pretrain.use_store(store)  # tiny:bert is the store's pre-trained tiny BERT
         run(store, args)
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr, flush=True)

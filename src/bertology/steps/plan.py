@@ -12,7 +12,7 @@ import dataclasses
 import json
 import logging
 
-from bertology import tasks
+from bertology import tasks, tiny_pretrain
 from bertology.errors import BadInput, TooSmall
 from bertology.interventions import chain_config, validate_chain
 from bertology.results.tables import results_key
@@ -111,4 +111,6 @@ def run(store: Store, args) -> None:
     spec = validate(spec, changes)
     for change in changes:
         log.info("preset %s: %s", spec.preset, change)
+    if '"tiny:bert"' in canonical_json(spec):  # built here, once, before parallel steps would each build it
+        tiny_pretrain.ensure(store)
     write_outputs(args.outputs, plan_study(store, spec, changes))
