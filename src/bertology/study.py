@@ -92,6 +92,9 @@ PARAMS: dict[str, tuple[str, str]] = {
     "bundle": ("optional-int", ""),
     # steps per point of the training-loss series (the college report's Figures 1 and 4); 0: none
     "log_every": ("int", "50"),
+    # keep every run's fine-tuned weights in the store (~440 MB a run at BERT-base size); by default only a
+    # sequential run's intermediate run keeps them (its final runs start from them)
+    "keep_weights": ("bool", "false"),
 }
 REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
                  "eval_every", "reference", "checkpoint_every", "log_every", "compile")
@@ -124,6 +127,7 @@ class StudySpec:
     # (variant, model) pairs not run: a swap-embeddings whose donor is the model itself (Table 5's "NA")
     not_applied: tuple[tuple[str, str], ...] = ()
     bundle: int | None = None  # runs per pod (None: automatic); how cells are packed, not part of the id
+    keep_weights: bool = False  # keep every run's fine-tuned weights (else only intermediate runs keep them)
 
     @classmethod
     def from_params(cls, name: str, raw: dict[str, str]) -> tuple[StudySpec, list[str]]:
@@ -161,7 +165,8 @@ class StudySpec:
                    subset_seed=values["subset_seed"], intervention_seed=values["intervention_seed"],
                    intermediates=tuple(dict.fromkeys(values["intermediates"])),
                    eval_count=values["eval_count"], doc_stride=values["doc_stride"], task_settings=task_settings,
-                   not_applied=tuple(p for p in not_applied if p[1] in values["models"]), bundle=values["bundle"])
+                   not_applied=tuple(p for p in not_applied if p[1] in values["models"]), bundle=values["bundle"],
+                   keep_weights=values["keep_weights"])
         spec._check_shape()
         for variant in spec.variants:
             for task in (None, *spec.task_settings):
@@ -192,7 +197,7 @@ class StudySpec:
         d["sizes"] = [{"fraction": f, "count": c} for f, c in self.sizes]
         d["intermediates"] = list(self.intermediates)
         d["not_applied"] = [list(p) for p in self.not_applied]
-        for key in ("task_settings", "not_applied"):  # left out when empty, as they were before they existed
+        for key in ("task_settings", "not_applied", "keep_weights"):  # left out when empty, as before they existed
             if not d[key]:
                 del d[key]
         return d
@@ -255,7 +260,8 @@ class StudySpec:
         """Every run of the study in table order: model, task, size, intermediate, variant, seed.
 
         A variant with its own model runs once, not once per study model (duplicates are dropped). A
-        sequential run's intermediate run uses the same checkpoint, regime, size and seed.
+        sequential run's intermediate run uses the same checkpoint, regime, size and seed. A cell keeps its
+        fine-tuned weights (`keep_weights`) when the study asks, or when its run is another's intermediate run.
         """
         cells: dict[tuple[str, str], Cell] = {}
         skip = set(self.not_applied)
@@ -270,7 +276,10 @@ class StudySpec:
             run = RunSpec(checkpoint, self.dataset(base, task, size), self.regime_of(variant, task), seed,
                           after=first)
             cells.setdefault((variant.name, run.id), Cell(self.name, variant.name, base, run))
-        return list(cells.values())
+        # a run that is also an intermediate run keeps its weights: the final runs start from them
+        intermediate = {c.run.after.id for c in cells.values() if c.run.after is not None}
+        return [dataclasses.replace(c, keep_weights=self.keep_weights or c.run.id in intermediate)
+                for c in cells.values()]
 
 
 def check_study_name(name: str) -> None:

@@ -69,14 +69,17 @@ def weight_distance(before_dir: Path, after_dir: Path) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-def analyze(store: Store, cell: Cell) -> str:
+def analyze(store: Store, cell: Cell, finetuned: Path | None = None) -> str:
+    """`finetuned`: as for evaluate, the fine-tune step's own output directory before it is published."""
+    from bertology.steps.evaluate import require_weights
+
     run = cell.run
     key = run_key(run.id, "analyze")
     if store.is_done(key):
         log.info("run %s: analyze cached", run.id)
     else:
-        table = weight_distance(store.local_dir(checkpoint_key(run.checkpoint.id)),
-                                store.local_dir(run_key(run.id, "finetune")) / "model")
+        finetuned = finetuned or store.local_dir(run_key(run.id, "finetune"))
+        table = weight_distance(store.local_dir(checkpoint_key(run.checkpoint.id)), require_weights(finetuned, run.id))
         with store.artifact(key, {"spec": run.to_dict()}) as out:
             pq.write_table(table, out / "weight_distance.parquet")
         log.info("run %s: weight distance over %d modules", run.id, table.num_rows)

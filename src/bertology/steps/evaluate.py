@@ -8,12 +8,15 @@ because this step runs on the training device.
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 import bertology
+from bertology.errors import BadInput
 from bertology.results.tables import publish
 from bertology.spec import Cell
 from bertology.steps.common import checkpoint_key, dataset_key, run_key
@@ -23,7 +26,9 @@ from bertology.store import Store
 log = logging.getLogger("bertology")
 
 
-def evaluate(store: Store, cell: Cell) -> str:
+def evaluate(store: Store, cell: Cell, finetuned: Path | None = None) -> str:
+    """`finetuned`: the fine-tune step's own output directory, before it is published (the finetune step
+    evaluates there when the weights are not kept); by default the published run in the store."""
     run = cell.run
     key = run_key(run.id, "evaluate")
     if store.is_done(key):
@@ -35,8 +40,10 @@ def evaluate(store: Store, cell: Cell) -> str:
 
         task = tasks.get_task(run.dataset.task)
         head = head_for(task)
-        trained = store.read_json(f"{run_key(run.id, 'finetune')}/result.json")
-        model_dir = store.local_dir(run_key(run.id, "finetune")) / "model"
+        if finetuned is None:
+            finetuned = store.local_dir(run_key(run.id, "finetune"))
+        trained = json.loads((finetuned / "result.json").read_text())
+        model_dir = require_weights(finetuned, run.id)
         data_dir = store.local_dir(dataset_key(run.dataset.id))
         device = pick_device(None)
         model = load_finetuned(model_dir, task, device)
@@ -68,6 +75,15 @@ def evaluate(store: Store, cell: Cell) -> str:
     if store.exists(f"{key}/profile.parquet"):
         publish(store, "model_profile", cell, store.read_parquet(f"{key}/profile.parquet"))
     return key
+
+
+def require_weights(finetuned: Path, run_id: str) -> Path:
+    """The run's fine-tuned model directory; a run published without its weights is named, not guessed at."""
+    model_dir = finetuned / "model"
+    if not (model_dir / "config.json").is_file():
+        raise BadInput(f"run {run_id} was published without its fine-tuned weights (they are kept only with "
+                       f"keep_weights=true); delete runs/{run_id}/finetune and run it again with keep_weights=true")
+    return model_dir
 
 
 def model_profile(model, run, store: Store, device) -> dict:

@@ -1,4 +1,11 @@
-"""finetune: train one cell's checkpoint on its dataset; keep the best point's weights and the curves.
+"""finetune: train one cell's checkpoint on its dataset; record the curves, and the best point's weights
+where they are needed later.
+
+Fine-tuned weights are ~440 MB a run at BERT-base size, so they are kept only where something needs them
+later (`Cell.keep_weights`: the study's `keep_weights=true`, or the intermediate run of a sequential run).
+Otherwise this step evaluates and analyzes the best weights itself, from its staging directory, and
+publishes the run without them; the evaluate and analyze steps then find their results done. A run
+finished without its weights that is needed with them later is trained again (the same result).
 
 Writes `runs/<run-id>/finetune/{model/, curves.parquet, result.json}` (and `activations.parquet` when the
 regime names a native `reference` model) and publishes the curves (and activation distances) to
@@ -16,13 +23,16 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bertology.results.tables import TABLES, publish
 from bertology.spec import Cell
+from bertology.steps.analyze import analyze
 from bertology.steps.common import checkpoint_key, dataset_key, local_model_ref, run_key
+from bertology.steps.evaluate import evaluate
 from bertology.steps.harness import require_cells
 from bertology.store import Store
 
@@ -50,7 +60,11 @@ def finetune(store: Store, cell: Cell) -> str:
     run = cell.run
     key = run_key(run.id, "finetune")
     state_key = run_key(run.id, "finetune-state")
-    if store.is_done(key):  # a finished run is never resumed
+    done = store.is_done(key)
+    if done and cell.keep_weights and not store.exists(f"{key}/model/config.json"):
+        log.info("run %s: finished without its weights, which are needed now: training it again", run.id)
+        done = False  # training is deterministic: the same result, this time with its weights
+    if done:  # a finished run is never resumed
         log.info("run %s: finetune cached", run.id)
         if store.list(state_key):  # killed after publishing, before the state was deleted
             store.delete_prefix(state_key)
@@ -63,7 +77,7 @@ def finetune(store: Store, cell: Cell) -> str:
 
         task = tasks.get_task(run.dataset.task)
         if run.after is not None:
-            intermediate = Cell(cell.study, cell.variant, cell.model, run.after)
+            intermediate = Cell(cell.study, cell.variant, cell.model, run.after, keep_weights=True)
             if not store.is_done(run_key(run.after.id, "finetune")):
                 log.info("run %s: training its intermediate run %s (%s) first", run.id, run.after.id,
                          run.after.dataset.task)
@@ -93,7 +107,7 @@ def finetune(store: Store, cell: Cell) -> str:
         state = StoreSlots(store, state_key, log=log.info)
         log.info("run %s: %s %s on %s, seed %d (%d training rows)", run.id, cell.variant, cell.model,
                  task.name, run.seed, train_table.num_rows)
-        with store.artifact(key, {"spec": run.to_dict()}) as out:
+        with store.artifact(key, {"spec": run.to_dict(), "weights": cell.keep_weights}) as out:
             result = train(start_dir, task, train_table, evals, hp, run.seed, out / "model", log=log.info,
                            state=state, new_head=run.after is not None, monitor=monitor)
             pq.write_table(curves_table(result.curves, result.losses), out / "curves.parquet")
@@ -104,6 +118,10 @@ def finetune(store: Store, cell: Cell) -> str:
                 "best_epoch": result.best_epoch, "best_step": result.best_step, "best_metrics": result.best_metrics,
                 "wall_seconds": result.wall_seconds, "device": result.device, "num_train": result.num_train,
                 "throughput": result.throughput, "epochs": r.epochs}, indent=2))
+            if not cell.keep_weights:  # used here, before they leave the pod, then dropped
+                evaluate(store, cell, finetuned=out)
+                analyze(store, cell, finetuned=out)
+                shutil.rmtree(out / "model")
         state.clear()
     publish(store, "curves", cell, store.read_parquet(f"{key}/curves.parquet"))
     if run.regime.reference is not None:

@@ -18,7 +18,7 @@ from bertology.interventions import chain_config, validate_chain
 from bertology.results.tables import results_key
 from bertology.spec import Intervention, canonical_json
 from bertology.steps import budget, planned
-from bertology.steps.common import model_config
+from bertology.steps.common import model_config, run_key
 from bertology.steps.harness import write_outputs
 from bertology.store import Store
 from bertology.study import StudySpec, parse_pairs
@@ -86,7 +86,8 @@ def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
     store.write_json(planned.plan_key(spec.name, spec.id), plan)
 
     published = {k for t in CELL_TABLES for k in store.list(f"results/{t}/study={spec.name}")}
-    todo = [c for c in cells if not all(results_key(t, spec.name, c.run.id) in published for t in CELL_TABLES)]
+    todo = [c for c in cells if not all(results_key(t, spec.name, c.run.id) in published for t in CELL_TABLES)
+            or (c.keep_weights and not store.exists(f"{run_key(c.run.id, 'finetune')}/model/config.json"))]
     checkpoints = list(dict.fromkeys(c.run.checkpoint.id for c in todo))
     datasets = list(dict.fromkeys(c.run.dataset.id for c in todo))
     bundle = spec.bundle or budget.auto_bundle(len(todo), len(datasets), len(checkpoints))
