@@ -29,12 +29,12 @@ from bertology.store import Store
 log = logging.getLogger("bertology")
 
 SEED = 0
-STEPS = 300
-BATCH_SIZE = 64
+STEPS = 100
+BATCH_SIZE = 32
 LR = 2e-3
 MAX_LENGTH = 32
-SENTIMENT_SENTENCES = 3000
-ENGLISH_SENTENCES = 500
+SENTIMENT_SENTENCES = 1000
+ENGLISH_SENTENCES = 300
 
 _store: Store | None = None
 _OPINIONS = {1: ("loved", "liked", "enjoyed"), 0: ("hated", "disliked", "regretted")}
