@@ -70,8 +70,11 @@ def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list
         if args.spec is not None:
             args.spec = parse_json_arg(args.spec, "--spec")
         store = open_store(args.store)
-        tiny_pretrain.use_store(store)  # tiny:bert is the store's pre-trained tiny BERT
-        run(store, args)
+        tiny_pretrain.use_store(store)  # tiny:bert is the store's pre-trained tiny BERT, for this step only
+        try:
+            run(store, args)
+        finally:
+            tiny_pretrain.use_store(None)
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
