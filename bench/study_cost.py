@@ -9,6 +9,11 @@ forward pass over dev sets of at most 10k examples, small next to 3 epochs of tr
 upper bound for the cheaper runs: a probe trains no encoder weights and a shortened model runs faster
 than the full model whose throughput is given.
 
+Storage: every built checkpoint is kept, and a run's fine-tuned weights only where something needs them
+later (a sequential run's intermediate run, or `keep_weights=true`; bertology.steps.finetune), each at
+BERT-base size (110M float32 parameters, about 440 MB; the multilingual and some foreign BERTs are larger,
+so their studies' figures are lower bounds). "every run" is what keeping every run's weights would take.
+
 GPU-hours need a measured training throughput in sequences per second (`bench/finetune_throughput.py`
 measures it; at max length 128 on one GPU). Without `--throughput`, the table gives GPU-hours per
 1,000 seq/s, so a measured figure T scales it by 1000/T.
@@ -39,6 +44,16 @@ def train_examples(task: str, fraction: float | None, count: int | None) -> int:
     return min(n, count) if count is not None else n if fraction is None else math.floor(n * fraction)
 
 
+def model_bytes() -> int:
+    """A BERT-base task model's float32 weights, counted on the meta device (nothing allocated, no hub)."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    with torch.device("meta"):
+        model = BertForSequenceClassification(BertConfig())  # BertConfig's defaults are bert-base's
+    return 4 * sum(p.numel() for p in model.parameters())
+
+
 def study_cost(workflow: Path) -> dict:
     doc = yaml.safe_load(workflow.read_text())
     params = {p["name"]: str(p["value"]) for p in doc["spec"]["arguments"]["parameters"]}
@@ -55,7 +70,9 @@ def study_cost(workflow: Path) -> dict:
     datasets, checkpoints = len({c.run.dataset.id for c in cells}), len({c.run.checkpoint.id for c in cells})
     bundle = spec.bundle or budget.auto_bundle(len(cells), datasets, checkpoints)
     pods = budget.pod_items(len(cells), bundle)
+    kept = {c.run.id for c in cells if c.keep_weights} | {c.run.after.id for c in cells if c.run.after is not None}
     return {"study": name, "cells": len(cells), "runs": len(runs), "sequences": sequences, "bundle": bundle,
+            "checkpoints": checkpoints, "kept_runs": len(kept),
             "pods": len(pods), "nodes": budget.workflow_nodes(datasets, checkpoints, len(pods)),
             "status_kib": budget.status_bytes(datasets, checkpoints, pods) / 1024}
 
@@ -65,16 +82,19 @@ def main() -> None:
     p.add_argument("--throughput", type=float, default=None, help="measured training sequences per second")
     args = p.parse_args()
     rate = args.throughput or 1000.0
+    gb = model_bytes() / 1e9
     print(f"| study | runs | training sequences (M) | GPU-hours at {rate:,.0f} seq/s | runs per pod | Argo nodes "
-          f"| status (KiB) |")
-    print("|---|---|---|---|---|---|---|")
+          f"| status (KiB) | kept: checkpoints + runs' weights | storage (GB) | with every run's weights (GB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for workflow in sorted((REPO / "workflows").glob("*.yaml")):
         doc = yaml.safe_load(workflow.read_text())
         if doc["kind"] != "Workflow" or doc["spec"].get("workflowTemplateRef", {}).get("name") != "bertology-study":
             continue  # vocab-overlap (tokenizers only) and the nightly CronWorkflow
         cost = study_cost(workflow)
         print(f"| {cost['study']} | {cost['runs']} | {cost['sequences'] / 1e6:.1f} | "
-              f"{cost['sequences'] / rate / 3600:.1f} | {cost['bundle']} | {cost['nodes']} | {cost['status_kib']:.0f} |")
+              f"{cost['sequences'] / rate / 3600:.1f} | {cost['bundle']} | {cost['nodes']} | {cost['status_kib']:.0f} | "
+              f"{cost['checkpoints']} + {cost['kept_runs']} | {(cost['checkpoints'] + cost['kept_runs']) * gb:,.1f} | "
+              f"{(cost['checkpoints'] + cost['runs']) * gb:,.1f} |")
 
 
 if __name__ == "__main__":

@@ -622,3 +622,36 @@ def test_each_chain_item_is_validated_against_the_config_the_items_before_leave(
     config = tiny_config(3)
     validate_chain(chain, config)
     assert config.num_hidden_layers == 3  # the caller's config is not touched
+
+
+def test_a_chain_that_changes_no_tensor_is_an_error_and_an_empty_one_is_not():
+    # the random tiny BERT is reinit_all from its seed: the same draw again leaves every tensor bit-identical
+    from bertology.interventions.registry import NoChange
+
+    model, tokenizer = tiny_bert(0)
+    before = state(model)
+    with pytest.raises(NoChange, match=r"^intervention reinit \{'scope': 'all'.* \(seed 0\) changed 0 of 71 tensors"):
+        apply_chain(model, tokenizer, [{"name": "reinit"}], seed=0)
+    assert NoChange("x").exit_code == 1
+    assert all(torch.equal(before[k], v) for k, v in state(model).items())  # it really was a no-op
+    # another seed changes every tensor the reinit draws; the unmodified model (no chain) is exempt
+    _, _, changed = apply_chain(*tiny_bert(0), [{"name": "reinit"}], seed=1)
+    assert sum(t["changed"] for t in changed["tensors"]) > 0
+    _, _, unmodified = apply_chain(*tiny_bert(0), [], seed=0)
+    assert not any(t["changed"] for t in unmodified["tensors"])
+
+
+def test_build_checkpoint_refuses_a_no_op_variant_with_one_line_and_exit_1(tmp_path, capsys):
+    from bertology.spec import canonical_json
+    from bertology.steps import build_checkpoint
+    from bertology.steps.harness import main
+
+    save_checkpoint(*tiny_bert(0), tmp_path / "random")  # drawn by reinit_all from seed 0
+    spec = {"model": f"dir:{tmp_path / 'random'}", "interventions": [{"name": "reinit"}], "seed": 0}
+    capsys.readouterr()
+    code = main("build-checkpoint", build_checkpoint.run, ["--store", str(tmp_path / "store"), "--spec",
+                                                           canonical_json(spec)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and "changed 0 of 71 tensors" in err[0], err
+    assert not (tmp_path / "store" / "checkpoints").exists() or not any((tmp_path / "store" / "checkpoints").rglob(
+        "_SUCCESS.json"))  # nothing published

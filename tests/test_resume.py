@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 # 512 examples, batch 8, 2 epochs: 64 steps an epoch, a state every 8 steps.
 RUN = RunSpec(CheckpointSpec("tiny:bert"), DatasetSpec("sst2", "synthetic", "tiny:bert", 32, count=512),
               Regime(lr=1e-3, batch_size=8, epochs=2, checkpoint_every=8), seed=5)
-CELL = Cell("resume", "pre-trained", "tiny:bert", RUN)
+CELL = Cell("resume", "pre-trained", "tiny:bert", RUN, keep_weights=True)  # the weights are compared bit for bit
 STEPS_PER_EPOCH, TOTAL = 64, 128
 FINETUNE = f"runs/{RUN.id}/finetune"
 STATE = f"runs/{RUN.id}/finetune-state"
@@ -100,7 +100,7 @@ def reference(base_store, env, tmp_path_factory):
     store = fresh_store(base_store, tmp_path_factory.mktemp("ref") / "store")
     plain = Cell(CELL.study, CELL.variant, CELL.model,
                  RunSpec(RUN.checkpoint, RUN.dataset, Regime(lr=1e-3, batch_size=8, epochs=2, checkpoint_every=0),
-                         RUN.seed))
+                         RUN.seed), keep_weights=True)
     assert plain.run.id == RUN.id  # how often states are saved is not part of what a run is
     out = finish(store, env, plain)
     assert "resum" not in out and not (store / STATE).exists()

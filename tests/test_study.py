@@ -75,3 +75,16 @@ def test_regime_parameters_reach_every_run():
     assert StudySpec.from_params("s", {"regime": "gradual-unfreeze"})[0].regime.unfreeze_per_epoch == 4
     with pytest.raises(BadInput, match="unknown regime 'distill'"):
         StudySpec.from_params("s", {"regime": "distill"})
+
+
+def test_tiny_scales_a_study_size_factor_onto_its_own_count_and_a_users_count_wins():
+    # partial-reinit's sizes ("100%, 10%, 1% and ~670 examples"): under tiny the first two, at 64 and 6
+    # examples, not the whole synthetic training set (issue: tiny partial-reinit took 8.5 min)
+    spec, changes = StudySpec.from_params("s", {"preset": "tiny", "sizes": '[1, 0.1, 0.01, {"count": 670}]'})
+    assert spec.sizes == ((None, 64), (None, 6))
+    assert 'sizes: [1, 0.1] -> [{"count": 64}, {"count": 6}] (scaled onto the preset\'s 64 examples)' in changes
+    assert StudySpec.from_params("s", {"preset": "tiny", "sizes": '[{"count": 20}]'})[0].sizes == ((None, 20),)
+    # count and fraction are never passed by a workflow: given, they are the user's, and win over the preset
+    assert StudySpec.from_params("s", {"preset": "tiny", "count": "100"})[0].sizes == ((None, 100),)
+    assert StudySpec.from_params("s", {"preset": "tiny", "fraction": "0.5"})[0].sizes == ((0.5, None),)
+    assert StudySpec.from_params("s", {"preset": "tiny"})[0].sizes == ((None, 64),)

@@ -77,7 +77,7 @@ def test_mlm_forgetting_curve_activation_distance_and_gradual_unfreezing(tmp_pat
     dataset = DatasetSpec("mlm-nl", "synthetic", "tiny:bert", max_length=32, count=128, eval_count=48)
     regime = Regime(name="gradual-unfreeze", unfreeze_per_epoch=2, lr=1e-2, batch_size=16, epochs=2,
                     eval_every=4, reference="tiny:bert")
-    cell = Cell("kinds", "pre-trained", "tiny:bert", RunSpec(CHECKPOINT, dataset, regime, seed=1))
+    cell = Cell("kinds", "pre-trained", "tiny:bert", RunSpec(CHECKPOINT, dataset, regime, seed=1), keep_weights=True)
     store = LocalStore(tmp_path)
     run_cell(store, cell)
 
@@ -119,7 +119,7 @@ def test_sequential_run_starts_from_the_intermediate_weights_with_a_new_head(tmp
     final = RunSpec(CHECKPOINT, DatasetSpec("rte", "synthetic", "tiny:bert", 32, count=64),
                     Regime(name="probe", lr=1e-3, batch_size=16, epochs=1), seed=1, after=first)
     store = LocalStore(tmp_path)
-    run_cell(store, Cell("kinds", "stsb→rte", "tiny:bert", final))
+    run_cell(store, Cell("kinds", "stsb→rte", "tiny:bert", final, keep_weights=True))
 
     assert store.is_done(run_key(first.id, "finetune"))  # trained first, in the same process
     intermediate = load_file(store.local_dir(run_key(first.id, "finetune")) / "model" / "model.safetensors")

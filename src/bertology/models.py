@@ -218,7 +218,12 @@ def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[nn.Module, PreTrained
     loads agree bit for bit and the caller's global RNG is left alone.
     """
     if ref.kind == "tiny":
-        return tiny_model(ref.location, seed)
+        from bertology import tiny_pretrain
+
+        pretrained = tiny_pretrain.pretrained_dir() if ref.location == "bert" else None
+        if pretrained is None:
+            return tiny_model(ref.location, seed)
+        ref = ModelRef("dir", str(pretrained))  # the store's pre-trained tiny BERT (a study step)
     config = load_config(ref)
     source = _source(ref)
     # DistilBERT, a comparison checkpoint, is loaded as it is, without a head

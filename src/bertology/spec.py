@@ -22,7 +22,7 @@ from bertology.errors import BadInput
 from bertology.tracking import check_name  # the names only: no tracking library is imported
 
 # Bump a kind's version when the code producing its artifact changes what the artifact means.
-CODE_VERSIONS = {"checkpoint": "1", "dataset": "1", "run": "1", "study": "1", "vocab": "1"}
+CODE_VERSIONS = {"checkpoint": "1", "dataset": "1", "run": "1", "study": "1", "vocab": "1", "pretrain": "1"}
 
 
 def canonical_json(obj: Any) -> str:
@@ -325,15 +325,22 @@ class Cell:
     variant: str
     model: str
     run: RunSpec
+    # Keep the fine-tuned weights in the store (the study asks for them, or a sequential run starts from
+    # them); otherwise finetune evaluates and analyzes them before they leave the pod, and drops them.
+    keep_weights: bool = False
 
     @classmethod
     def from_dict(cls, d: Any) -> Cell:
-        d = check_keys(d, {"study", "variant", "model", "run"}, "cell")
+        d = check_keys(d, {"study", "variant", "model", "run", "keep_weights"}, "cell")
         return cls(str(require_key(d, "study", "cell")), str(require_key(d, "variant", "cell")),
-                   str(require_key(d, "model", "cell")), RunSpec.from_dict(require_key(d, "run", "cell")))
+                   str(require_key(d, "model", "cell")), RunSpec.from_dict(require_key(d, "run", "cell")),
+                   as_bool(d.get("keep_weights", False), "keep_weights"))
 
     def to_dict(self) -> dict:
-        return {"study": self.study, "variant": self.variant, "model": self.model, "run": self.run.to_dict()}
+        d = {"study": self.study, "variant": self.variant, "model": self.model, "run": self.run.to_dict()}
+        if self.keep_weights:  # left out when false, so plans written before it existed read the same
+            d["keep_weights"] = True
+        return d
 
     def labels(self) -> dict[str, Any]:
         """The factor columns every results row of this run carries."""

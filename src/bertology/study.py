@@ -110,6 +110,9 @@ PARAMS: dict[str, tuple[str, str]] = {
     # the parameters the submitter set by hand (-p, -f): a preset leaves them as set. `bertology run` fills
     # it in; with argo submit, list them yourself, e.g. -p explicit='["lr"]'
     "explicit": ("json-list", "[]"),
+    # keep every run's fine-tuned weights in the store (~440 MB a run at BERT-base size); by default only a
+    # sequential run's intermediate run keeps them (its final runs start from them)
+    "keep_weights": ("bool", "false"),
 }
 NOT_EXPLICIT = ("preset", "explicit")  # what `explicit` cannot name
 REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
@@ -145,6 +148,8 @@ class StudySpec:
     not_applied: tuple[tuple[str, str], ...] = ()
     bundle: int | None = None  # runs per pod (None: automatic); how cells are packed, not part of the id
     gpu_concurrency: int = 1  # a pod's runs fine-tuned at once (separate processes); not part of the id
+
+    keep_weights: bool = False  # keep every run's fine-tuned weights (else only intermediate runs keep them)
 
     OPERATIONAL = ("bundle", "gpu_concurrency")  # how the work is executed: neither in to_dict nor in ids
 
@@ -194,7 +199,7 @@ class StudySpec:
                    intermediates=tuple(dict.fromkeys(values["intermediates"])),
                    eval_count=values["eval_count"], doc_stride=values["doc_stride"], task_settings=task_settings,
                    not_applied=tuple(p for p in not_applied if p[1] in values["models"]), bundle=values["bundle"],
-                   gpu_concurrency=values["gpu_concurrency"])
+                   gpu_concurrency=values["gpu_concurrency"], keep_weights=values["keep_weights"])
         spec._check_shape()
         for variant in spec.variants:
             for task in (None, *spec.task_settings):
@@ -228,7 +233,7 @@ class StudySpec:
         d["sizes"] = [{"fraction": f, "count": c} for f, c in self.sizes]
         d["intermediates"] = list(self.intermediates)
         d["not_applied"] = [list(p) for p in self.not_applied]
-        for key in ("task_settings", "not_applied"):  # left out when empty, as they were before they existed
+        for key in ("task_settings", "not_applied", "keep_weights"):  # left out when empty, as before they existed
             if not d[key]:
                 del d[key]
         return d
@@ -291,7 +296,8 @@ class StudySpec:
         """Every run of the study in table order: model, task, size, intermediate, variant, seed.
 
         A variant with its own model runs once, not once per study model (duplicates are dropped). A
-        sequential run's intermediate run uses the same checkpoint, regime, size and seed.
+        sequential run's intermediate run uses the same checkpoint, regime, size and seed. A cell keeps its
+        fine-tuned weights (`keep_weights`) when the study asks, or when its run is another's intermediate run.
         """
         cells: dict[tuple[str, str], Cell] = {}
         skip = set(self.not_applied)
@@ -306,7 +312,10 @@ class StudySpec:
             run = RunSpec(checkpoint, self.dataset(base, task, size), self.regime_of(variant, task), seed,
                           after=first)
             cells.setdefault((variant.name, run.id), Cell(self.name, variant.name, base, run))
-        return list(cells.values())
+        # a run that is also an intermediate run keeps its weights: the final runs start from them
+        intermediate = {c.run.after.id for c in cells.values() if c.run.after is not None}
+        return [dataclasses.replace(c, keep_weights=self.keep_weights or c.run.id in intermediate)
+                for c in cells.values()]
 
 
 def check_study_name(name: str) -> None:
@@ -350,8 +359,10 @@ def _apply_preset(preset: str, values: dict[str, Any], explicit: set[str] = froz
     for key, value in PRESETS[preset].items():
         if key in explicit:
             continue
-        if key == "count" and (values["sizes"] or values["fraction"] is not None or "sizes" in explicit):
-            continue  # the study's own size factor stands (the tiny preset keeps its first entries)
+        if key == "count" and (values["count"] is not None or values["fraction"] is not None or "sizes" in explicit):
+            continue  # a size the user gave wins over the preset's
+        if key == "count" and values["sizes"]:
+            continue  # the study's size factor is scaled onto the preset's count below
         if values[key] != value and not (isinstance(value, list) and list(values[key]) == value):
             changes.append(f"{key}: {_show(values[key])} -> {_show(value)}")
             values[key] = value
@@ -360,12 +371,37 @@ def _apply_preset(preset: str, values: dict[str, Any], explicit: set[str] = froz
         values["tasks"] = [preferred, *(t for t in values["tasks"] if t != preferred)]
     for key, limit in PRESET_LIMITS.get(preset, {}).items():
         if key in values and key not in explicit and len(values[key]) > limit:
-            changes.append(f"{key}: {_show(values[key])} -> {_show(values[key][:limit])} (first {limit})")
+            show = _show_sizes if key == "sizes" else _show
+            changes.append(f"{key}: {show(values[key])} -> {show(values[key][:limit])} (first {limit})")
             values[key] = values[key][:limit]
+    count = PRESETS[preset].get("count")
+    if (count is not None and values["sizes"] and values["count"] is None and values["fraction"] is None
+            and not explicit & {"sizes", "count", "fraction"}):  # a size the user set stands as set
+        scaled = _scale_sizes(values["sizes"], count)
+        changes.append(f"sizes: {_show_sizes(values['sizes'])} -> {_show_sizes(scaled)} (scaled onto the preset's "
+                       f"{count} examples)")
+        values["sizes"] = scaled
     grids = [v for v in values["variants"] if isinstance(v, dict) and "grid" in v]
     if grids and "grid" in PRESET_LIMITS.get(preset, {}) and "variants" not in explicit:
         changes.append(f"variant grids: first {PRESET_LIMITS[preset]['grid']} rows of each")
     return changes
+
+
+def _scale_sizes(sizes: tuple[Size, ...], count: int) -> tuple[Size, ...]:
+    """A study's size factor under a preset with its own `count`: all the data becomes the preset's count,
+    a fraction that share of it, and a count at most it (so partial-reinit's 100% / 10% under tiny train on 64
+    and 6 examples, not on the whole synthetic set); duplicates are dropped."""
+    scaled = []
+    for fraction, n in sizes:
+        if n is not None:
+            scaled.append((None, min(n, count)))
+        else:
+            scaled.append((None, count if fraction is None else max(1, round(count * fraction))))
+    return tuple(dict.fromkeys(scaled))
+
+
+def _show_sizes(sizes) -> str:
+    return json.dumps([1 if f is None and n is None else f if n is None else {"count": n} for f, n in sizes])
 
 
 def stand_in(preset: str, ref: str, what: str, changes: list[str]) -> str:

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-from bertology.errors import BadInput
+from bertology.errors import BadInput, BertologyError
 from bertology.interventions import (
     manifest,
     match_moments,
@@ -142,4 +142,14 @@ def apply_chain(
     generator = torch.Generator().manual_seed(seed)
     for item in resolved:
         model, tokenizer = REGISTRY[item["name"]].transform(model, tokenizer, item["params"], generator)
-    return model, tokenizer, manifest.build_manifest(resolved, seed, before, count_before, model)
+    record = manifest.build_manifest(resolved, seed, before, count_before, model)
+    if resolved and not any(t["changed"] for t in record["tensors"]):
+        names = " + ".join(f"{i['name']} {i['params']}" if i["params"] else i["name"] for i in resolved)
+        raise NoChange(f"intervention {names} (seed {seed}) changed 0 of {len(record['tensors'])} tensors: "
+                       "the variant would be a copy of the unmodified model")
+    return model, tokenizer, record
+
+
+class NoChange(BertologyError):
+    """A chain that left every tensor bit-identical: the variant would silently duplicate the baseline (as
+    `reinit` did on a tiny BERT that was itself drawn by reinit with the same seed). Exit 1: a failed step."""

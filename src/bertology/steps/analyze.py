@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from bertology.results.tables import publish
 from bertology.spec import Cell
 from bertology.steps.common import read_or_rebuild, read_table, run_key
-from bertology.steps.finetune import checkpoint_dir, model_dir
+from bertology.steps.finetune import checkpoint_dir, model_dir, redo_from_weights
 from bertology.steps.harness import require_cells
 from bertology.store import Store
 
@@ -76,17 +76,19 @@ def analyze(store: Store, cell: Cell) -> str:
     if store.is_done(key):
         log.info("run %s: analyze cached", run.id)
     else:
-        measure(store, cell)
+        redo_from_weights(store, cell, lambda: measure(store, cell))
     table = read_or_rebuild(store, key, lambda: read_table(store, key, "weight_distance.parquet"),
-                            lambda: measure(store, cell))
+                            lambda: redo_from_weights(store, cell, lambda: measure(store, cell)))
     publish(store, "weight_distance", cell, table)
     return key
 
 
-def measure(store: Store, cell: Cell) -> None:
-    """Weight distances between the built checkpoint and the fine-tuned weights (both verified)."""
+def measure(store: Store, cell: Cell, finetuned: Path | None = None) -> None:
+    """Weight distances between the built checkpoint and the fine-tuned weights (both verified; or, as for
+    evaluate, the fine-tune step's own output directory before it is published)."""
     run = cell.run
-    table = weight_distance(checkpoint_dir(store, run.checkpoint), model_dir(store, cell))
+    weights = finetuned / "model" if finetuned is not None else model_dir(store, cell)
+    table = weight_distance(checkpoint_dir(store, run.checkpoint), weights)
     with store.artifact(run_key(run.id, "analyze"), {"spec": run.to_dict()}) as out:
         pq.write_table(table, out / "weight_distance.parquet")
     log.info("run %s: weight distance over %d modules", run.id, table.num_rows)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,7 +20,7 @@ from bertology.results.tables import publish
 from bertology.spec import Cell
 from bertology.steps import build_checkpoint
 from bertology.steps.common import checkpoint_key, read_or_rebuild, read_table, run_key
-from bertology.steps.finetune import dataset_dir, model_dir, train_run
+from bertology.steps.finetune import dataset_dir, model_dir, redo_from_weights, train_run
 from bertology.steps.harness import require_cells
 from bertology.store import Store
 
@@ -36,17 +37,19 @@ def evaluate(store: Store, cell: Cell) -> str:
     if store.is_done(key):
         log.info("run %s: evaluate cached", run.id)
     else:
-        score(store, cell)
+        redo_from_weights(store, cell, lambda: score(store, cell))
     tables = read_or_rebuild(store, key, lambda: {t: read_table(store, key, f) for t, f in OUTPUTS.items()
                                                   if t == "runs" or store.has_member(key, f)},
-                             lambda: score(store, cell))
+                             lambda: redo_from_weights(store, cell, lambda: score(store, cell)))
     for table, rows in tables.items():
         publish(store, table, cell, rows)
     return key
 
 
-def score(store: Store, cell: Cell) -> None:
-    """Evaluate the run's fine-tuned weights and publish the evaluate artifact."""
+def score(store: Store, cell: Cell, finetuned: Path | None = None) -> None:
+    """Evaluate the run's fine-tuned weights and publish the evaluate artifact. `finetuned`: the fine-tune
+    step's own output directory before it is published (it evaluates there when the weights are not kept);
+    by default the published run, verified."""
     run = cell.run
     key = run_key(run.id, "evaluate")
     from bertology import tasks
@@ -55,10 +58,13 @@ def score(store: Store, cell: Cell) -> None:
 
     task = tasks.get_task(run.dataset.task)
     head = head_for(task)
-    weights = model_dir(store, cell)  # first: retraining damaged weights rewrites result.json too
-    tuned = run_key(run.id, "finetune")
-    trained = read_or_rebuild(store, tuned, lambda: json.loads(store.read_member(tuned, "result.json")),
-                              lambda: train_run(store, cell))
+    if finetuned is not None:
+        weights, trained = finetuned / "model", json.loads((finetuned / "result.json").read_text())
+    else:
+        weights = model_dir(store, cell)  # first: retraining damaged weights rewrites result.json too
+        tuned = run_key(run.id, "finetune")
+        trained = read_or_rebuild(store, tuned, lambda: json.loads(store.read_member(tuned, "result.json")),
+                                  lambda: train_run(store, cell))
     data_dir = dataset_dir(store, run.dataset)
     device = pick_device(None)
     model = load_finetuned(weights, task, device)

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bertology import tracking
+from bertology.errors import BadInput
 from bertology.results.tables import TABLES, publish
 from bertology.spec import Cell
 from bertology.steps import build_checkpoint, prepare_data
@@ -62,7 +65,12 @@ def finetune(store: Store, cell: Cell) -> str:
     run = cell.run
     key = run_key(run.id, "finetune")
     state_key = run_key(run.id, "finetune-state")
-    if store.is_done(key):  # a finished run is never resumed
+    done = store.is_done(key)
+    if done and cell.keep_weights and not store.exists(f"{key}/model/config.json"):
+        log.info("run %s: finished without its weights, which are needed now: training it again", run.id)
+        store.delete_prefix(key)  # training is deterministic: the same result, this time with its weights
+        done = False
+    if done:  # a finished run is never resumed
         log.info("run %s: finetune cached", run.id)
         if store.list(state_key):  # killed after publishing, before the state was deleted
             store.delete_prefix(state_key)
@@ -96,7 +104,7 @@ def train_run(store: Store, cell: Cell) -> None:
 
     task = tasks.get_task(run.dataset.task)
     if run.after is not None:
-        intermediate = Cell(cell.study, cell.variant, cell.model, run.after)
+        intermediate = Cell(cell.study, cell.variant, cell.model, run.after, keep_weights=True)
         if not store.is_done(run_key(run.after.id, "finetune")):
             log.info("run %s: training its intermediate run %s (%s) first", run.id, run.after.id,
                      run.after.dataset.task)
@@ -129,7 +137,7 @@ def train_run(store: Store, cell: Cell) -> None:
     log.info("run %s: %s %s on %s, seed %d (%d training rows)", run.id, cell.variant, cell.model,
              task.name, run.seed, train_table.num_rows)
     tracker = tracking.start(r.tracker, store, cell)
-    with tracking.running(tracker), store.artifact(key, {"spec": run.to_dict()}) as out:
+    with tracking.running(tracker), store.artifact(key, {"spec": run.to_dict(), "weights": cell.keep_weights}) as out:
         result = train(start_dir, task, train_table, evals, hp, run.seed, out / "model", log=log.info,
                        state=state, new_head=run.after is not None, monitor=monitor,
                        track=tracker and tracker.update)
@@ -143,7 +151,27 @@ def train_run(store: Store, cell: Cell) -> None:
             "best_epoch": result.best_epoch, "best_step": result.best_step, "best_metrics": result.best_metrics,
             "wall_seconds": result.wall_seconds, "device": result.device, "num_train": result.num_train,
             "throughput": result.throughput, "epochs": r.epochs}, indent=2))
+        if not cell.keep_weights:  # used here, before they leave the pod, then dropped
+            from bertology.steps.analyze import measure
+            from bertology.steps.evaluate import score
+
+            score(store, cell, finetuned=out)
+            measure(store, cell, finetuned=out)
+            shutil.rmtree(out / "model")
     state.clear()
+
+
+def redo_from_weights(store: Store, cell: Cell, redo: Callable[[], object]) -> None:
+    """Make again an artifact computed from the run's fine-tuned weights (evaluate's, analyze's): from the
+    kept weights when the run has them, else by training the run again (deterministic: the same weights),
+    which evaluates and analyzes them in the pod as the first time."""
+    key = run_key(cell.run.id, "finetune")
+    if store.is_done(key) and not store.exists(f"{key}/model/config.json"):
+        log.info("run %s: its weights were not kept; training it again to make them", cell.run.id)
+        store.delete_prefix(key)
+        train_run(store, cell)
+    else:
+        redo()
 
 
 def checkpoint_dir(store: Store, spec) -> Path:
@@ -159,9 +187,14 @@ def dataset_dir(store: Store, spec) -> Path:
 
 
 def model_dir(store: Store, cell: Cell) -> Path:
-    """The fine-tuned weights of the cell's run, verified; damaged weights are trained again first."""
+    """The fine-tuned weights of the cell's run, verified; damaged weights are trained again first. A run
+    published without its weights (not `keep_weights`) is named, not guessed at."""
     key = run_key(cell.run.id, "finetune")
-    return read_or_rebuild(store, key, lambda: store.local_dir(key) / "model", lambda: train_run(store, cell))
+    weights = read_or_rebuild(store, key, lambda: store.local_dir(key) / "model", lambda: train_run(store, cell))
+    if not (weights / "config.json").is_file():
+        raise BadInput(f"run {cell.run.id} was published without its fine-tuned weights (they are kept only with "
+                       f"keep_weights=true); run the study again with keep_weights=true")
+    return weights
 
 
 def run(store: Store, args) -> None:

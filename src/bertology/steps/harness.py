@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bertology import chaos, leftovers
+from bertology import chaos, leftovers, tiny_pretrain
 from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput, BertologyError, Transient
 from bertology.spec import parse_json_arg
 from bertology.steps import planned
@@ -75,7 +75,11 @@ def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list
         store = open_store(args.store)
         store.check_writable()  # every step writes: a file or a read-only directory is refused up front
         chaos.point("start")
-        run(store, args)
+        tiny_pretrain.use_store(store)  # tiny:bert is the store's pre-trained tiny BERT, for this step only
+        try:
+            run(store, args)
+        finally:
+            tiny_pretrain.use_store(None)
         chaos.point("end")
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr, flush=True)

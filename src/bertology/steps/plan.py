@@ -14,13 +14,13 @@ import logging
 
 from transformers import BertConfig
 
-from bertology import tasks
+from bertology import tasks, tiny_pretrain
 from bertology.errors import BadInput, TooSmall
 from bertology.interventions import chain_config, validate_chain
 from bertology.results.tables import results_key
 from bertology.spec import Intervention, canonical_json
 from bertology.steps import budget, planned
-from bertology.steps.common import model_config
+from bertology.steps.common import model_config, run_key
 from bertology.steps.harness import write_outputs
 from bertology.store import Damaged, Store
 from bertology.study import StudySpec, parse_pairs
@@ -150,7 +150,8 @@ def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
 
     published = {k for t in CELL_TABLES for k in store.list(f"results/{t}/study={spec.name}")}
     todo = [c for c in cells if not all(results_key(t, spec.name, c.run.id) in published for t in CELL_TABLES)
-            or not _intact(store, [results_key(t, spec.name, c.run.id) for t in CELL_TABLES])]
+            or not _intact(store, [results_key(t, spec.name, c.run.id) for t in CELL_TABLES])
+            or (c.keep_weights and not store.exists(f"{run_key(c.run.id, 'finetune')}/model/config.json"))]
     checkpoints = list(dict.fromkeys(c.run.checkpoint.id for c in todo))
     datasets = list(dict.fromkeys(d.id for c in todo for d in _datasets_of(c.run)))
     bundle = spec.bundle or budget.auto_bundle(len(todo), len(datasets), len(checkpoints))
@@ -175,4 +176,6 @@ def run(store: Store, args) -> None:
     spec = validate(spec, changes)
     for change in changes:
         log.info("preset %s: %s", spec.preset, change)
+    if '"tiny:bert"' in canonical_json(spec):  # built here, once, before parallel steps would each build it
+        tiny_pretrain.ensure(store)
     write_outputs(args.outputs, plan_study(store, spec, changes))

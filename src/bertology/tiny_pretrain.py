@@ -1,0 +1,158 @@
+"""The tiny preset's BERT, really pre-trained: a few seconds of masked-LM on a synthetic corpus, cached in
+the store.
+
+Why: a randomly drawn tiny BERT is, bit for bit, what `reinit` makes of it, so under `tiny` the clean
+variant was the pre-trained one and every study's central comparison was empty. Pre-training it on text
+where every sentiment word, the held-out evaluation words included, occurs beside words of its polarity
+("… was superb , i loved it") places "superb" near "great", as real pre-training does, so the synthetic
+sentiment task measures what pre-training gave (pre-trained above clean); the synthetic English corpus
+(bertology.tasks.synthetic.corpus) adds grammar.
+
+Deterministic: seeded draws, one CPU thread, so every machine builds the same bytes. The artifact's id
+hashes the config, the corpus text, the steps and the seed (`pretrained/tiny-bert-<id>/`); it is built
+once per store, published atomically like every artifact. Steps find it through `use_store`, which the
+step harness calls with its store; without a store (unit tests, `bertology checkpoint`), `tiny:bert` stays
+the random tiny BERT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import time
+from pathlib import Path
+
+from bertology.spec import content_id
+from bertology.store import Store
+
+log = logging.getLogger("bertology")
+
+SEED = 0
+STEPS = 100
+BATCH_SIZE = 32
+LR = 2e-3
+MAX_LENGTH = 32
+SENTIMENT_SENTENCES = 1000
+ENGLISH_SENTENCES = 300
+
+_store: Store | None = None
+_OPINIONS = {1: ("loved", "liked", "enjoyed"), 0: ("hated", "disliked", "regretted")}
+_FRAMES = ("the {thing} was {word} , i {opinion} it .", "i {opinion} the {thing} , it was {word} .",
+           "{a_word} {thing} , i {opinion} it .")
+_THINGS = ("film", "movie", "show", "plot", "acting", "music", "story", "ending", "cast", "script")
+
+
+def corpus(seed: int = SEED) -> list[str]:
+    """Sentiment words of both splits beside their polarity's opinions, then synthetic English sentences."""
+    from bertology.tasks.synthetic import SENTIMENT_WORDS
+    from bertology.tasks.synthetic.corpus import generate
+    from bertology.tasks.synthetic.events import article
+
+    rng = random.Random(f"bertology-tiny-pretrain/{seed}")
+    words = {label: [w for split in SENTIMENT_WORDS.values() for w in split["positive" if label else "negative"]]
+             for label in (0, 1)}
+    lines = []
+    for i in range(SENTIMENT_SENTENCES):
+        label = i % 2
+        word = rng.choice(words[label])
+        lines.append(rng.choice(_FRAMES).format(thing=rng.choice(_THINGS), word=word, a_word=f"{article(word)} {word}",
+                                                opinion=rng.choice(_OPINIONS[label])))
+    lines += [s.lower() for s in generate("en", "train", ENGLISH_SENTENCES, seed)]
+    rng.shuffle(lines)
+    return lines
+
+
+def recipe() -> dict:
+    """Everything the pre-trained weights depend on; its hash is the artifact's id."""
+    from bertology.models import tiny_config
+
+    text = "\n".join(corpus())
+    return {"config": tiny_config("bert").to_diff_dict(), "corpus_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "steps": STEPS, "batch_size": BATCH_SIZE, "lr": LR, "max_length": MAX_LENGTH, "seed": SEED}
+
+
+def key() -> str:
+    return f"pretrained/tiny-bert-{content_id('pretrain', recipe())}"
+
+
+def pretrain(out: Path) -> float:
+    """Masked-LM training of the tiny BERT into `out` (an HF directory with its MLM head); wall seconds."""
+    import numpy as np
+    import torch
+    from transformers import BertForPreTraining
+
+    from bertology import models
+    from bertology.tasks.corpora import tokenize_corpus
+
+    start, threads = time.time(), torch.get_num_threads()
+    tokenizer = models.load_tokenizer(models.ModelRef("tiny", "bert"))
+    table = tokenize_corpus(corpus(), tokenizer, MAX_LENGTH)
+    rows = [np.asarray(r, dtype=np.int64) for r in table.column("input_ids").to_pylist()]
+    torch.set_num_threads(1)  # the same kernels in the same order on every machine
+    try:
+        # dropout draws from torch's global RNG: seeded here, in a fork, so the caller's RNG is left alone
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(SEED)
+            model = _train(BertForPreTraining(models.tiny_config("bert")), tokenizer, rows)
+    finally:
+        torch.set_num_threads(threads)
+    models.save_checkpoint(model.eval(), tokenizer, out)
+    return time.time() - start
+
+
+def _train(model, tokenizer, rows: list) -> object:
+    """STEPS of AdamW on masked batches drawn (and masked) from one seeded NumPy generator."""
+    import numpy as np
+    import torch
+
+    from bertology.interventions.reinit import reinit_all
+    from bertology.tasks.corpora import IGNORE, mask_tokens
+
+    config, rng = model.config, np.random.default_rng(SEED)
+    reinit_all(model, std=config.initializer_range, generator=torch.Generator().manual_seed(SEED))
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    special = list(tokenizer.all_special_ids)
+    # the vocabulary projection only over the corpus's own tokens (the only targets): ~100x less work
+    vocab = torch.from_numpy(np.unique(np.concatenate(rows)))
+    head = model.cls.predictions
+    for step in range(STEPS):
+        batch = [rows[i] for i in rng.choice(len(rows), BATCH_SIZE, replace=False)]
+        ids = np.full((BATCH_SIZE, max(len(r) for r in batch)), tokenizer.pad_token_id, dtype=np.int64)
+        for i, r in enumerate(batch):
+            ids[i, :len(r)] = r
+        masked, labels = mask_tokens(ids, np.isin(ids, special), mask_id=tokenizer.mask_token_id,
+                                     vocab_size=config.vocab_size, rng=rng)
+        labels = torch.from_numpy(labels)
+        hidden = model.bert(input_ids=torch.from_numpy(masked),
+                            attention_mask=torch.from_numpy(ids != tokenizer.pad_token_id).long()).last_hidden_state
+        chosen = labels != IGNORE  # scored positions only
+        logits = head.transform(hidden[chosen]) @ head.decoder.weight[vocab].T + head.decoder.bias[vocab]
+        loss = torch.nn.functional.cross_entropy(logits, torch.searchsorted(vocab, labels[chosen]))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if step % 100 == 0 or step == STEPS - 1:
+            log.info("tiny BERT pre-training: step %d/%d, masked-LM loss %.3f", step + 1, STEPS, loss.item())
+    return model
+
+
+def ensure(store: Store) -> Path:
+    """The pre-trained tiny BERT's directory in `store`, built first if the store lacks it."""
+    prefix = key()
+    if not store.is_done(prefix):
+        with store.artifact(prefix, {"recipe": recipe()}) as out:
+            seconds = pretrain(out)
+        log.info("tiny BERT pre-trained in %.1f s (%d masked-LM steps): %s", seconds, STEPS, store.url(prefix))
+    return store.local_dir(prefix)
+
+
+def use_store(store: Store | None) -> None:
+    """Where `tiny:bert` comes from in this process: the store's pre-trained tiny BERT (None: random)."""
+    global _store
+    _store = store
+
+
+def pretrained_dir() -> Path | None:
+    return None if _store is None else ensure(_store)

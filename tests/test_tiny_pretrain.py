@@ -1,0 +1,45 @@
+"""The tiny preset's pre-trained BERT: deterministic masked-LM, content-addressed in the store, built once,
+and what `tiny:bert` loads inside a study step (issue: under tiny, clean was bit-identical to pre-trained)."""
+
+from __future__ import annotations
+
+import torch
+from safetensors.torch import load_file
+
+from bertology import models, tiny_pretrain
+from bertology.interventions import apply_chain
+from bertology.store import LocalStore
+
+
+def test_pretraining_is_deterministic_cached_by_id_and_is_what_tiny_bert_loads(tmp_path, monkeypatch):
+    monkeypatch.setattr(tiny_pretrain, "STEPS", 4)  # the recipe, and so the id, follows the steps
+    first, second = LocalStore(tmp_path / "a"), LocalStore(tmp_path / "b")
+    key = tiny_pretrain.key()
+    assert key.startswith("pretrained/tiny-bert-")  # content-addressed by the recipe
+    a, b = tiny_pretrain.ensure(first), tiny_pretrain.ensure(second)
+    assert first.is_done(key) and first.marker(key)["recipe"]["steps"] == 4
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)  # the same bytes, twice
+    stamp = (a / "_SUCCESS.json").stat().st_mtime_ns
+    assert tiny_pretrain.ensure(first) == a and (a / "_SUCCESS.json").stat().st_mtime_ns == stamp  # built once
+    monkeypatch.setattr(tiny_pretrain, "STEPS", 5)
+    assert tiny_pretrain.key() != key
+
+    random_bert, _ = models.tiny_bert(0)
+    try:
+        monkeypatch.setattr(tiny_pretrain, "STEPS", 4)
+        tiny_pretrain.use_store(first)
+        pretrained, _ = models.load_pretrained(models.parse_model_ref("tiny:bert"))
+    finally:
+        tiny_pretrain.use_store(None)
+    trained = {k.removeprefix("bert."): v for k, v in wa.items()}
+    state = pretrained.state_dict()
+    assert "cls.predictions.transform.dense.weight" in state  # the masked-LM head survives
+    assert all(torch.equal(state[k], v) for k, v in wa.items())
+    # pre-training moved the weights off the random draw, so the clean variant (reinit, seed 0) differs from it
+    random_state = random_bert.state_dict()
+    assert not torch.equal(random_state["encoder.layer.0.output.dense.weight"],
+                           trained["encoder.layer.0.output.dense.weight"])
+    _, _, manifest = apply_chain(pretrained, None, [{"name": "reinit"}], seed=0)
+    changed = [t for t in manifest["tensors"] if t["changed"]]
+    assert len(changed) > 60, len(changed)
