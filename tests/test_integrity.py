@@ -38,11 +38,12 @@ TIMING = {"train_seconds", "throughput", "device", "seconds", "inference_seconds
           "intervention_cpu_seconds"}
 
 
-def tiny_spec() -> StudySpec:
+def tiny_spec(keep_weights: str = "true") -> StudySpec:
+    """keep_weights: the fine-tuned safetensors stay in the store, so their damage can be tried too."""
     doc = yaml.safe_load((REPO / "workflows" / "reversed-layers.yaml").read_text())
     params = {p["name"]: str(p["value"]) for p in doc["spec"]["arguments"]["parameters"]}
     params.pop("study")
-    params.update(preset="tiny", tasks='["rte"]', seeds="[1]")
+    params.update(preset="tiny", tasks='["rte"]', seeds="[1]", keep_weights=keep_weights)
     return StudySpec.from_params("reversed-layers", params)[0]
 
 
@@ -133,6 +134,28 @@ def test_a_damaged_artifact_is_named_rebuilt_and_never_used(damage, baseline, tm
     lines = [r.getMessage() for r in caplog.records if " is damaged (" in r.getMessage()]
     assert len(lines) == 1 and named in lines[0], lines
     assert results(store) == baseline[1]
+    every_marker_verifies(store, root)
+
+
+def test_damaged_metrics_of_a_run_whose_weights_were_not_kept_retrain_it(tmp_path, one_thread, caplog):
+    """Without keep_weights the run is evaluated in the finetune pod and published without its weights: a
+    damaged evaluate artifact is then made again by training the run again (deterministic), not refused."""
+    spec = tiny_spec(keep_weights="false")
+    cell = next(c for c in spec.cells() if c.run.checkpoint.interventions)
+    root = tmp_path / "store"
+    store = open_store(str(root))
+    plan_study(store, spec)
+    run_cell(store, cell)
+    assert not list((root / run_key(cell.run.id, "finetune")).rglob("*.safetensors"))
+    before = pl.from_arrow(store.read_parquet(results_key("runs", cell.study, cell.run.id)))
+    _truncate(root / run_key(cell.run.id, "evaluate") / "metrics.parquet")
+    store_module._VERIFIED.clear()  # a new process
+    caplog.set_level(logging.INFO, logger="bertology")
+    evaluate.evaluate(store, cell)
+    assert "is damaged (" in caplog.text and "training it again" in caplog.text
+    after = pl.from_arrow(store.read_parquet(results_key("runs", cell.study, cell.run.id)))
+    assert after.drop([c for c in after.columns if c in TIMING]).equals(
+        before.drop([c for c in before.columns if c in TIMING]))
     every_marker_verifies(store, root)
 
 
