@@ -30,9 +30,12 @@ REPO = Path(__file__).resolve().parent.parent
 DATASET = DatasetSpec("sst2", "synthetic", "tiny:bert", 32, count=96)
 SHORT = Regime(lr=1e-3, batch_size=16, epochs=1)
 INTERMEDIATE = RunSpec(CheckpointSpec("tiny:bert"), DATASET, SHORT, seed=7)
-# A plain run and two sequential runs after one shared intermediate run (trained once, first).
-CELLS = [Cell("conc", "pre-trained", "tiny:bert", RunSpec(INTERMEDIATE.checkpoint, DATASET, SHORT, 1))] + [
-    Cell("conc", "pre-trained", "tiny:bert", RunSpec(INTERMEDIATE.checkpoint, DATASET, SHORT, seed, after=INTERMEDIATE))
+# A plain run and two sequential runs after one shared intermediate run (trained once, first); every run
+# keeps its weights, so that they too are compared.
+CELLS = [Cell("conc", "pre-trained", "tiny:bert", RunSpec(INTERMEDIATE.checkpoint, DATASET, SHORT, 1),
+              keep_weights=True)] + [
+    Cell("conc", "pre-trained", "tiny:bert", RunSpec(INTERMEDIATE.checkpoint, DATASET, SHORT, seed, after=INTERMEDIATE),
+         keep_weights=True)
     for seed in (3, 4)]
 
 
