@@ -86,6 +86,16 @@ def _report_renders_in_a_browser(browser, report: Path) -> None:
     assert len(page.svgs) == report.read_text().count("<svg")  # the browser parsed every plot
 
 
+def _report_shows_no_placeholders(text: str) -> None:
+    """No table without rows (a header alone says nothing) and no `None` printed where a value is missing."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith("|") and lines[i + 1].startswith("|---"):
+            following = lines[i + 2] if i + 2 < len(lines) else ""
+            assert following.startswith("|"), f"a table with no rows: {line}"
+    assert "=None" not in text and "| None |" not in text
+
+
 def _layer_removal_profile(store) -> bool:
     """Table 7's inputs: depth and parameters per variant (tiny: a 4-layer BERT, 2 layers after every:2, a
     2-layer DistilBERT stand-in), measured speeds, and the intervention's cost."""
@@ -108,6 +118,7 @@ def test_every_study_runs_end_to_end_with_the_tiny_preset(workflow, tmp_path, su
     (plan_file,) = (store / "studies" / params["study"]).glob("*/plan.json")
     plan = json.loads(plan_file.read_text())
     assert (plan_file.parent / "report.md").exists() and (plan_file.parent / "report.html").exists()
+    _report_shows_no_placeholders((plan_file.parent / "report.md").read_text())
     _report_renders_in_a_browser(browser, plan_file.parent / "report.html")
     if not plan["cells"]:  # vocab-overlap: tokenizers only, one vocabulary row per (stand-in) model
         vocab = _table(store, "vocab_overlap", params["study"])

@@ -570,7 +570,7 @@ def _paper(results, summary, levels):
                   always=("table", "row", "column"))
     shown_cells = run.select(
         *keys, pl.col("printed").alias("report"),
-        _text(lambda m, s, n: "—" if m is None else f"{m:.4g}" + ("" if s is None else f" ± {s:.2g}") + f" (n={n})",
+        _text(lambda m, s, n: "—" if m is None else f"{m:.4g}" + ("" if s is None else f" ± {s:.2g}") + ("" if n is None else f" (n={n})"),
               "ours", "ours_sd", "n", name="this run"),
         _text(lambda d: "—" if d is None else f"{d:+.3f}", "difference", name="difference"), "status")
     named = pl.col("ordering")
@@ -584,7 +584,7 @@ def _paper(results, summary, levels):
     not_run = cells.height - run.height
     tables = ((f"Cells ({run.height} of {cells.height} run"
                + (f"; the {not_run} others are in tables/paper_cells.parquet)" if not_run else ")"), shown_cells),
-              (f"Orderings: {verdict}", shown_orderings))
+              *(((f"Orderings: {verdict}", shown_orderings),) if orderings.height else ()))
     return ([Section("The report vs this run", note, tables)],
             {"paper_cells": cells.drop("_cell"), "paper_orderings": orderings})
 
