@@ -279,3 +279,36 @@ def test_a_full_disk_exits_75_with_one_line_and_no_marker(tmp_path, monkeypatch,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "disk full" in err[0] and "No space left" in err[0], err
     assert not list(root.rglob(MARKER)) and not [p for p in root.rglob(".*")]
+
+
+def test_two_bertology_runs_of_one_study_into_one_store_at_once_equal_a_run_alone(tmp_path, subprocess_env):
+    """The whole study, twice at once (two `bertology run` into one store), against the same study run
+    alone: both exit 0, every results row equals the lone run's (timing columns aside), every marker
+    verifies and nothing staged or half-published is left in the store."""
+    args = ["run", "workflows/reversed-layers.yaml", "-q", "-p", "preset=tiny", "-p", 'tasks=["rte"]',
+            "-p", "seeds=[1]"]
+    env = {**subprocess_env, "OMP_NUM_THREADS": "1"}
+
+    def start(store: Path) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "bertology.cli", *args, "--store", str(store)], cwd=REPO,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    alone, shared = tmp_path / "alone", tmp_path / "shared"
+    procs = [start(alone)]
+    assert procs[0].wait(timeout=900) == 0, procs[0].stdout.read()[-3000:]
+    procs = [start(shared), start(shared)]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
+
+    def rows(root: Path) -> dict[str, list]:
+        out = {}
+        for path in sorted((root / "results").rglob("*.parquet")):
+            frame = pl.read_parquet(path)
+            out[str(path.relative_to(root))] = frame.drop([c for c in frame.columns if c in TIMING]).to_dicts()
+        return out
+
+    expected = rows(alone)
+    assert expected and rows(shared) == expected
+    store = open_store(str(shared))
+    assert every_marker_verifies(store, shared) >= 10
+    assert not [p for p in shared.rglob(".*") if p.name.endswith((".publishing", ".old"))]
