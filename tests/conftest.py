@@ -17,6 +17,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def tiny_pretrained(tmp_path_factory):
+    """The tiny preset's pre-trained BERT, built once for the session: every study a test runs (in this
+    process or in a `bertology run` child, which inherits the environment) copies it into its store instead
+    of pre-training again (bertology.tiny_pretrain.ensure; 8 s each on 2 cores)."""
+    from bertology import tiny_pretrain
+    from bertology.store import LocalStore
+
+    root = tmp_path_factory.mktemp("tiny-pretrained")
+    tiny_pretrain.ensure(LocalStore(root))
+    os.environ["BERTOLOGY_TINY_PRETRAINED"] = str(root)
+    yield root
+    os.environ.pop("BERTOLOGY_TINY_PRETRAINED", None)
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """An S3 endpoint on 127.0.0.1; yields the environment a client (or a subprocess) needs."""

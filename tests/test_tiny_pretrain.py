@@ -3,6 +3,7 @@ and what `tiny:bert` loads inside a study step (issue: under tiny, clean was bit
 
 from __future__ import annotations
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -43,3 +44,24 @@ def test_pretraining_is_deterministic_cached_by_id_and_is_what_tiny_bert_loads(t
     _, _, manifest = apply_chain(pretrained, None, [{"name": "reinit"}], seed=0)
     changed = [t for t in manifest["tensors"] if t["changed"]]
     assert len(changed) > 60, len(changed)
+
+
+def test_a_store_is_seeded_from_another_that_has_the_same_recipe(tmp_path, monkeypatch):
+    """$BERTOLOGY_TINY_PRETRAINED (the test suite's one build): copied, verified, the same bytes, no
+    training; a seed store without this recipe's artifact is ignored and the model is trained."""
+    monkeypatch.setattr(tiny_pretrain, "STEPS", 3)
+    source = LocalStore(tmp_path / "seed")
+    built = tiny_pretrain.ensure(source)
+    monkeypatch.setenv("BERTOLOGY_TINY_PRETRAINED", str(source.root))
+
+    def no_training(out):
+        raise AssertionError("trained although the seed store has this recipe")
+
+    monkeypatch.setattr(tiny_pretrain, "pretrain", no_training)
+    target = LocalStore(tmp_path / "target")
+    copied = tiny_pretrain.ensure(target)
+    assert target.verify(tiny_pretrain.key())["recipe"]["steps"] == 3
+    assert (copied / "model.safetensors").read_bytes() == (built / "model.safetensors").read_bytes()
+    monkeypatch.setattr(tiny_pretrain, "STEPS", 2)  # another recipe: the seed store lacks it
+    with pytest.raises(AssertionError, match="trained although"):
+        tiny_pretrain.ensure(LocalStore(tmp_path / "other"))
