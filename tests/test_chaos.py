@@ -26,7 +26,10 @@ import polars as pl
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-STUDY = ["workflows/reversed-layers.yaml", "-p", "preset=tiny", "-p", 'tasks=["rte"]', "-p", "seeds=[1]"]
+# keep_weights: every step does its own work in its own pod (without it, finetune evaluates and analyzes in
+# its pod and the evaluate and analyze pods only publish), so each step's kill points are reached
+STUDY = ["workflows/reversed-layers.yaml", "-p", "preset=tiny", "-p", 'tasks=["rte"]', "-p", "seeds=[1]",
+         "-p", "keep_weights=true"]
 
 # Columns that hold wall-clock measurements, which differ between any two runs, killed or not.
 VOLATILE = {

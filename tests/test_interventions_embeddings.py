@@ -144,7 +144,10 @@ def test_swap_then_shuffle_chain(tmp_path, donor):
 def test_swap_validates_hidden_size_from_the_config_alone(tmp_path):
     wide = tiny_model(1, hidden=32)
     directory = save_checkpoint(wide, tiny_tokenizer(tmp_path / "tok"), tmp_path / "wide")
-    (directory / "model.safetensors").write_bytes(b"not weights")  # validation must not read them
+    weights = directory / "model.safetensors"  # validation must not read them: keep the header, zero the data
+    data = weights.read_bytes()
+    header = 8 + int.from_bytes(data[:8], "little")
+    weights.write_bytes(data[:header] + bytes(len(data) - header))
     with pytest.raises(BadInput) as info:
         validate_chain([{"name": "swap-embeddings", "params": {"donor": f"dir:{directory}"}}],
                        tiny_model(1).config)

@@ -60,3 +60,23 @@ def test_steps_run_concurrently(project):
     assert [p.wait() for p in processes] == [0, 0, 0, 0]
     assert all(f"env {i}" in out for i, out in enumerate(outs))
     assert len({p.pid for p in processes}) == 4
+
+
+def test_a_deep_tmpdir_does_not_stop_the_fork_server(project, tmp_path, monkeypatch):
+    """A $TMPDIR deeper than a Unix socket path may be (sun_path: 108 bytes): the server's socket goes to
+    /tmp instead of failing to bind (it did: "AF_UNIX path too long", and no step could start)."""
+    import tempfile
+
+    from bertology.argo.zygote import SOCKET_PATH_MAX
+
+    root, _ = project
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    zygote = Zygote(root)
+    try:
+        assert len(zygote.path) < SOCKET_PATH_MAX and zygote.path.startswith("/tmp/bertology-zygote-")
+        process = zygote.spawn("jobs.echo", ["0"], {"PATH": os.environ["PATH"]}, root)
+        assert process.wait() == 0 and "argv ['0']" in process.stdout.read()
+    finally:
+        zygote.close()

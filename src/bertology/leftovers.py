@@ -22,9 +22,9 @@ KEEP_RUNS = 5
 _NAME = re.compile(r"bertology-(stage|zygote|run)-(\d+)-")
 
 
-def make(kind: str, label: str = "") -> Path:
-    """A new private temporary directory named for this process."""
-    return Path(tempfile.mkdtemp(prefix=f"bertology-{kind}-{os.getpid()}-{label + '-' if label else ''}"))
+def make(kind: str, label: str = "", root: str | None = None) -> Path:
+    """A new private temporary directory named for this process (in `root`, else $TMPDIR)."""
+    return Path(tempfile.mkdtemp(prefix=f"bertology-{kind}-{os.getpid()}-{label + '-' if label else ''}", dir=root))
 
 
 def alive(pid: int) -> bool:

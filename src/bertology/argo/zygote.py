@@ -156,11 +156,18 @@ class ZygoteProcess:
             pass
 
 
+# A Unix socket's path must fit sockaddr_un.sun_path (108 bytes on Linux, with its NUL).
+SOCKET_PATH_MAX = 100
+
+
 class Zygote:
     """Starts the server in the background at once; `spawn` waits for it to be ready."""
 
     def __init__(self, project_root: Path):
         self._dir = str(leftovers.make("zygote"))  # swept by a later run if this one is SIGKILLed
+        if len(os.path.join(self._dir, "sock")) >= SOCKET_PATH_MAX:  # a deep $TMPDIR: bind() would fail
+            os.rmdir(self._dir)
+            self._dir = str(leftovers.make("zygote", root="/tmp"))
         self.path = os.path.join(self._dir, "sock")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(project_root), *filter(None, [os.environ.get("PYTHONPATH")])]))
