@@ -582,8 +582,11 @@ def _paper(results, summary, levels):
         _text(lambda a, b, ca, cb: f"{_num(a)} vs {_num(b)}" + (f" ({ca} vs {cb})" if ca and cb else ""),
               "ours_higher", "ours_lower", "ci_higher", "ci_lower", name="this run"), "status")
     not_run = cells.height - run.height
-    tables = ((f"Cells ({run.height} of {cells.height} run"
-               + (f"; the {not_run} others are in tables/paper_cells.parquet)" if not_run else ")"), shown_cells),
+    if not run.height:  # no table of nothing: say so in the note
+        note += f" None of the report's {cells.height} cells was run here (they are in tables/paper_cells.parquet)."
+    tables = (*(((f"Cells ({run.height} of {cells.height} run"
+                  + (f"; the {not_run} others are in tables/paper_cells.parquet)" if not_run else ")"), shown_cells),)
+                if run.height else ()),
               *(((f"Orderings: {verdict}", shown_orderings),) if orderings.height else ()))
     return ([Section("The report vs this run", note, tables)],
             {"paper_cells": cells.drop("_cell"), "paper_orderings": orderings})
