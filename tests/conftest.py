@@ -138,3 +138,12 @@ def browser():
         pytest.fail(f"{e} (or set BERTOLOGY_NO_BROWSER=1 to leave the browser checks out)")
     with chromium:
         yield chromium
+
+
+def process_alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper counts as gone: it holds no memory)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import process_alive
 
 REPO = Path(__file__).resolve().parent.parent
 # keep_weights: every step does its own work in its own pod (without it, finetune evaluates and analyzes in
@@ -62,14 +63,6 @@ def _env(tmp: Path) -> dict[str, str]:
     env.pop("BERTOLOGY_CHAOS", None)
     (tmp / "tmp").mkdir(exist_ok=True)
     return env
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _start(store: Path, env: dict[str, str], chaos: list[str] = (), once: Path | None = None) -> subprocess.Popen:
@@ -128,7 +121,7 @@ def test_whole_study_kills_heal_to_the_baseline(tmp_path):
             # the killer, and with it every step, is gone at once: nothing lives on to publish later
             unfinished = [d for d in store.glob("*/*") if d.is_dir() and not (d / "_SUCCESS.json").exists()]
             time.sleep(1.0)
-            assert not _alive(fired[chaos[-1]]), f"{chaos[-1]}: the step outlived its runner"
+            assert not process_alive(fired[chaos[-1]]), f"{chaos[-1]}: the step outlived its runner"
             if chaos[-1].endswith(":runner"):
                 assert unfinished, "the runner died between a checkpoint's files and its marker"
                 time.sleep(3.0)
@@ -209,8 +202,8 @@ def test_a_host_step_dies_with_its_runner(tmp_path):
                                "kill -KILL -$(cut -d' ' -f5 /proc/$PPID/stat); sleep 2; touch late")
     assert done.returncode == -signal.SIGKILL, done
     time.sleep(0.5)
-    assert not _alive(int((tmp_path / "pid").read_text())), "the step outlived its runner"
-    assert not _alive(int((tmp_path / "child").read_text())), "the step's child outlived the runner"
+    assert not process_alive(int((tmp_path / "pid").read_text())), "the step outlived its runner"
+    assert not process_alive(int((tmp_path / "child").read_text())), "the step's child outlived the runner"
     time.sleep(2.5)
     assert not (tmp_path / "late").exists(), "the step went on after its runner died"
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import process_alive
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,15 +54,6 @@ os.rename(sys.argv[1] + ".tmp", sys.argv[1])
 print("sleeping", flush=True)
 time.sleep(300)
 """
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for a reaper counts as gone: it holds no memory)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _descendants(pid: int) -> set[int]:
@@ -121,6 +113,6 @@ def test_a_signal_stops_every_process_of_the_run(project, subprocess_env, sig, c
     assert "Traceback" not in err + out
     assert f"stopped by {signal.Signals(sig).name}" in err
     deadline = time.time() + 10
-    while any(_alive(p) for p in tree) and time.time() < deadline:
+    while any(process_alive(p) for p in tree) and time.time() < deadline:
         time.sleep(0.1)
-    assert not [p for p in tree if _alive(p)], "processes of the run survived"
+    assert not [p for p in tree if process_alive(p)], "processes of the run survived"
