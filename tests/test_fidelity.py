@@ -155,7 +155,7 @@ def test_a_preset_keeps_its_own_sizes_over_a_tasks():
     spec, changes = StudySpec.from_params("layerwise-reinit", {**workflow_params("layerwise-reinit"),
                                                                "preset": "tiny", "tasks": '["squad2"]'})
     run = spec.cells()[0].run
-    assert (run.regime.batch_size, run.dataset.max_length, run.dataset.count) == (16, 32, 64)
+    assert (run.regime.batch_size, run.dataset.max_length, run.dataset.count) == (16, 32, 128)
     assert run.dataset.doc_stride == 128  # not a preset setting: the task's own stands
     assert any("task_settings 'squad2': batch_size, fraction, max_length dropped" in c for c in changes)
 

@@ -65,3 +65,52 @@ def test_a_store_is_seeded_from_another_that_has_the_same_recipe(tmp_path, monke
     monkeypatch.setattr(tiny_pretrain, "STEPS", 2)  # another recipe: the seed store lacks it
     with pytest.raises(AssertionError, match="trained although"):
         tiny_pretrain.ensure(LocalStore(tmp_path / "other"))
+
+
+def _polarity_probe(model, tokenizer) -> float:
+    """Share of the held-out sentiment words (the synthetic SST-2's validation words, never in its
+    training split) that a nearest-centroid rule on the input embeddings, fit on the training words, puts
+    on their own polarity's side."""
+    from bertology.tasks.synthetic import SENTIMENT_WORDS
+
+    table = model.get_input_embeddings().weight.detach()
+
+    def rows(split, polarity):
+        return table[tokenizer.convert_tokens_to_ids(list(SENTIMENT_WORDS[split][polarity]))]
+
+    positive, negative = rows("train", "positive").mean(0), rows("train", "negative").mean(0)
+    direction, middle = positive - negative, (positive + negative) / 2
+    right = ((rows("validation", "positive") - middle) @ direction > 0).sum() + (
+        (rows("validation", "negative") - middle) @ direction < 0).sum()
+    return right.item() / sum(len(w) for w in SENTIMENT_WORDS["validation"].values())
+
+
+def test_pretraining_places_the_held_out_sentiment_words_by_polarity(tiny_pretrained):
+    """What the recipe is for (issue: tiny studies showed no pre-trained > clean): masked-LM puts every
+    held-out evaluation word on its polarity's side, which a random draw does not; fine-tuned on the
+    training words, the model then generalises to them (tests/test_e2e.py checks the accuracies)."""
+    from transformers import AutoModel
+
+    pretrained = AutoModel.from_pretrained(LocalStore(tiny_pretrained).local_dir(tiny_pretrain.key()))
+    random_bert, tokenizer = models.tiny_bert(0)
+    assert _polarity_probe(pretrained, tokenizer) == 1.0
+    assert _polarity_probe(random_bert, tokenizer) <= 0.75
+
+
+def test_every_id_that_names_tiny_bert_hashes_the_pretraining_recipe(monkeypatch):
+    """`tiny:bert` names the weights a recipe makes: another recipe must not reuse a store's checkpoints,
+    runs or studies made from the old weights. Datasets need the tokenizer only, and other models are
+    unaffected."""
+    from bertology.spec import CheckpointSpec, DatasetSpec, Regime, RunSpec
+
+    def ids():
+        run = RunSpec(CheckpointSpec("tiny:bert"), DatasetSpec("sst2", "synthetic", "tiny:bert", 32, count=8),
+                      Regime(lr=1e-3), seed=1)
+        return {"checkpoint": run.checkpoint.id, "run": run.id, "dataset": run.dataset.id,
+                "hub": CheckpointSpec("google-bert/bert-base-uncased").id}
+
+    before = ids()
+    monkeypatch.setattr(tiny_pretrain, "STEPS", tiny_pretrain.STEPS + 1)
+    after = ids()
+    assert after["checkpoint"] != before["checkpoint"] and after["run"] != before["run"]
+    assert after["dataset"] == before["dataset"] and after["hub"] == before["hub"]

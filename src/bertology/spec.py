@@ -46,8 +46,20 @@ def _normalise(obj: Any) -> Any:
     return obj
 
 
+# Kinds whose artifacts depend on a model's weights (a dataset or vocabulary needs its tokenizer only).
+WEIGHT_KINDS = ("checkpoint", "run", "study")
+TINY_BERT = '"tiny:bert"'  # the tiny preset's BERT, as a JSON string in a canonical payload
+
+
 def content_id(kind: str, payload: Any) -> str:
+    """A payload that names the tiny BERT also hashes its pre-training recipe (bertology.tiny_pretrain):
+    `tiny:bert` is a name for weights a recipe makes, so a changed recipe never reuses the artifacts the
+    old weights made, in a store that holds them."""
     text = f"{kind}:{CODE_VERSIONS[kind]}:{canonical_json(payload)}"
+    if kind in WEIGHT_KINDS and TINY_BERT in text:
+        from bertology import tiny_pretrain
+
+        text += f":{tiny_pretrain.key()}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -1,22 +1,32 @@
-"""The tiny preset's BERT, really pre-trained: a few seconds of masked-LM on a synthetic corpus, cached in
-the store.
+"""The tiny preset's BERT, really pre-trained: seconds of masked-LM on a synthetic corpus, cached in the
+store.
 
 Why: a randomly drawn tiny BERT is, bit for bit, what `reinit` makes of it, so under `tiny` the clean
-variant was the pre-trained one and every study's central comparison was empty. Pre-training it on text
-where every sentiment word, the held-out evaluation words included, occurs beside words of its polarity
-("… was superb , i loved it") places "superb" near "great", as real pre-training does, so the synthetic
-sentiment task measures what pre-training gave (pre-trained above clean); the synthetic English corpus
-(bertology.tasks.synthetic.corpus) adds grammar.
+variant was the pre-trained one and every study's central comparison was empty. The corpus is built so
+that what pre-training learns is what the synthetic SST-2 task needs: every sentiment word, the words
+held out for evaluation included, occurs beside words of its own polarity, so masked-LM places "superb"
+near "great" as real pre-training does; the synthetic English corpus (bertology.tasks.synthetic.corpus)
+adds grammar. Fine-tuned on SST-2's training words, the pre-trained tiny BERT then generalises to the
+held-out words (about 0.75 accuracy) and the clean one cannot (0.50).
+
+Measured while choosing the recipe (`tests/test_tiny_pretrain.py` checks the outcome): a tiny BERT learns
+the polarity of a word only from dense co-occurrence. With one sentiment word per review ("the film was
+superb , i loved it") 1,500 steps left the held-out words unsorted; with reviews that string 8 words of
+one polarity together, the held-out words separate after 200 to 500 steps (pre-training seeds 0-7), so
+600 steps leave a margin. A learning rate of 3e-3 was unstable; batches of 128 separate them in fewer
+steps but not in less time.
 
 Deterministic: seeded draws, one CPU thread, so every machine builds the same bytes. The artifact's id
-hashes the config, the corpus text, the steps and the seed (`pretrained/tiny-bert-<id>/`); it is built
-once per store, published atomically like every artifact. Steps find it through `use_store`, which the
-step harness calls with its store; without a store (unit tests, `bertology checkpoint`), `tiny:bert` stays
-the random tiny BERT.
+hashes the config, the corpus text, the steps and the seed (`pretrained/tiny-bert-<id>/`), and every
+checkpoint, run and study id that names `tiny:bert` hashes it too (bertology.spec.content_id). It is
+built once per store, published atomically like every artifact. Steps find it through `use_store`, which
+the step harness calls with its store; without a store (unit tests, `bertology checkpoint`), `tiny:bert`
+stays the random tiny BERT.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -31,35 +41,28 @@ from bertology.store import MARKER, Store
 log = logging.getLogger("bertology")
 
 SEED = 0
-STEPS = 100
+STEPS = 600
 BATCH_SIZE = 32
 LR = 2e-3
 MAX_LENGTH = 32
-SENTIMENT_SENTENCES = 1000
-ENGLISH_SENTENCES = 300
+REVIEWS = 1000
+REVIEW_WORDS = 8
+ENGLISH_SENTENCES = 150
 
 _store: Store | None = None
-_OPINIONS = {1: ("loved", "liked", "enjoyed"), 0: ("hated", "disliked", "regretted")}
-_FRAMES = ("the {thing} was {word} , i {opinion} it .", "i {opinion} the {thing} , it was {word} .",
-           "{a_word} {thing} , i {opinion} it .")
-_THINGS = ("film", "movie", "show", "plot", "acting", "music", "story", "ending", "cast", "script")
 
 
 def corpus(seed: int = SEED) -> list[str]:
-    """Sentiment words of both splits beside their polarity's opinions, then synthetic English sentences."""
+    """Reviews that string together sentiment words of one polarity (both splits' words: pre-training
+    sees the held-out words, fine-tuning does not), and synthetic English sentences, shuffled."""
     from bertology.tasks.synthetic import SENTIMENT_WORDS
     from bertology.tasks.synthetic.corpus import generate
-    from bertology.tasks.synthetic.events import article
 
     rng = random.Random(f"bertology-tiny-pretrain/{seed}")
-    words = {label: [w for split in SENTIMENT_WORDS.values() for w in split["positive" if label else "negative"]]
-             for label in (0, 1)}
-    lines = []
-    for i in range(SENTIMENT_SENTENCES):
-        label = i % 2
-        word = rng.choice(words[label])
-        lines.append(rng.choice(_FRAMES).format(thing=rng.choice(_THINGS), word=word, a_word=f"{article(word)} {word}",
-                                                opinion=rng.choice(_OPINIONS[label])))
+    words = {label: [w for split in SENTIMENT_WORDS.values() for w in split[label]]
+             for label in ("negative", "positive")}
+    lines = [" ".join(rng.choice(words[("negative", "positive")[i % 2]]) for _ in range(REVIEW_WORDS))
+             for i in range(REVIEWS)]
     lines += [s.lower() for s in generate("en", "train", ENGLISH_SENTENCES, seed)]
     rng.shuffle(lines)
     return lines
@@ -75,6 +78,12 @@ def recipe() -> dict:
 
 
 def key() -> str:
+    return _key(STEPS, BATCH_SIZE, LR, MAX_LENGTH, SEED, REVIEWS, REVIEW_WORDS, ENGLISH_SENTENCES)
+
+
+@functools.lru_cache(maxsize=4)
+def _key(*settings) -> str:
+    """Once per process for each setting of the recipe's constants (every id naming tiny:bert asks)."""
     return f"pretrained/tiny-bert-{content_id('pretrain', recipe())}"
 
 
