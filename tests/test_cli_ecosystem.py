@@ -16,7 +16,7 @@ import yaml
 from bertology import cli
 from bertology.argo.runner import RunEvent
 from bertology.console import NORMAL, QUIET, Console, Progress
-from bertology.errors import Transient
+from bertology.errors import BadInput, Transient
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -209,3 +209,28 @@ def test_console_plain_lines_errors_and_verbosity():
     quiet.event(RunEvent("started", "plan"))
     quiet.close()
     assert quiet_out.getvalue() == ""
+
+
+def test_run_limits_default_to_the_environment_and_a_flag_wins(monkeypatch):
+    """$BERTOLOGY_PARALLELISM and $BERTOLOGY_SEMAPHORES (a comma-separated list) stand in for --parallelism
+    and --semaphore; a flag given wins; a bad value is refused naming the variable."""
+    parser = cli.build_parser()
+
+    def limits(*flags):
+        return cli._local_limits(parser.parse_args(["run", "w.yaml", *flags]))
+
+    monkeypatch.delenv(cli.PARALLELISM_ENV, raising=False)
+    monkeypatch.delenv(cli.SEMAPHORES_ENV, raising=False)
+    assert limits() == (1, {})
+    monkeypatch.setenv(cli.PARALLELISM_ENV, "3")
+    monkeypatch.setenv(cli.SEMAPHORES_ENV, "bertology-semaphores/gpu=2, other/x=1")
+    assert limits() == (3, {"bertology-semaphores/gpu": 2, "other/x": 1})
+    assert limits("--parallelism", "1", "--semaphore", "bertology-semaphores/gpu=4") == (
+        1, {"bertology-semaphores/gpu": 4})
+    monkeypatch.setenv(cli.PARALLELISM_ENV, "two")
+    with pytest.raises(BadInput, match=r"\$BERTOLOGY_PARALLELISM='two'"):
+        limits()
+    monkeypatch.setenv(cli.PARALLELISM_ENV, "2")
+    monkeypatch.setenv(cli.SEMAPHORES_ENV, "gpu=2")
+    with pytest.raises(BadInput, match=r"\$BERTOLOGY_SEMAPHORES 'gpu=2': expected CONFIGMAP/KEY=N"):
+        limits()

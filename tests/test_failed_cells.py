@@ -2,8 +2,9 @@
 the study says so loudly: aggregate still writes the report, which lists the failed runs, then exits 1, so
 the Workflow ends Failed. A rerun reruns only what failed.
 
-The real workflow and step library run through the local runner; only the finetune container is wrapped so
-that the pod holding the plan's smallest run id exits 1 until the fault is "healed".
+The real workflow and step library run through the local runner, two pods at a time; only the finetune
+container is replaced (tests/faulty_finetune.py) so that the pod holding the plan's smallest run id exits 1
+until the fault is "healed".
 """
 
 from __future__ import annotations
@@ -18,27 +19,13 @@ from bertology.argo.runner import run_workflow
 
 REPO = Path(__file__).resolve().parent.parent
 
-FAULT = """
-import os, runpy, sys
-from bertology.spec import Cell
-from bertology.steps.planned import load_plan
-from bertology.store import open_store
-arg = lambda flag: sys.argv[sys.argv.index(flag) + 1]
-plan = load_plan(open_store(arg("--store")), arg("--plan"))
-first = min(Cell.from_dict(c).run.id for c in plan.doc["cells"])
-if first in arg("--ids").split(",") and not os.environ.get("BERTOLOGY_TEST_HEAL"):
-    print(f"injected failure of run {first}"); sys.exit(1)
-sys.argv = ["jobs.finetune", *sys.argv[1:]]
-runpy.run_module("jobs.finetune", run_name="__main__")
-"""
-
 
 def _library_with_faulty_finetune(tmp_path: Path) -> Path:
     templates = tmp_path / "templates"
     shutil.copytree(REPO / "workflows" / "templates", templates)
     steps = yaml.safe_load((templates / "steps.yaml").read_text())
     (finetune,) = [t for t in steps["spec"]["templates"] if t["name"] == "finetune"]
-    finetune["container"]["command"] = ["python", "-c", FAULT]
+    finetune["container"]["command"] = ["python", "-m", "tests.faulty_finetune"]
     (templates / "steps.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(steps)), sort_keys=False))
     return templates
 
@@ -47,7 +34,8 @@ def _run(tmp_path: Path, templates: Path, store: Path, tag: str):
     return run_workflow(REPO / "workflows" / "reversed-layers.yaml",
                         params={"preset": "tiny", "store": str(store), "tasks": '["rte"]'},
                         templates_dir=templates, workdir=tmp_path / f"work-{tag}", project_root=REPO,
-                        log=lambda _: None, fork_server=True, max_backoff_s=0)
+                        log=lambda _: None, fork_server=True, max_backoff_s=0, parallelism=2,
+                        semaphores={"bertology-semaphores/gpu": 2})
 
 
 def test_failed_cells_leave_the_others_running_and_the_report_lists_them(tmp_path, monkeypatch):

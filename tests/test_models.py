@@ -307,3 +307,20 @@ def test_save_checkpoint_reloads_with_auto_model(tmp_path):
     reloaded = AutoModel.from_pretrained(tmp_path, use_safetensors=True)
     assert all(torch.equal(v, reloaded.state_dict()[k]) for k, v in model.state_dict().items())
     assert AutoTokenizer.from_pretrained(tmp_path).model_max_length == 128
+
+
+def test_inference_speed_times_the_encoder_and_never_the_task_head():
+    """layer-removal's speed row compares encoders; an MLM head's vocabulary projection would dwarf them."""
+    from transformers import BertForMaskedLM
+
+    from bertology.train.profile import inference_speed
+
+    model = BertForMaskedLM(models.tiny_config("bert"))
+
+    def no_head(*args, **kwargs):
+        raise AssertionError("the task head ran")
+
+    model.cls.forward = no_head
+    speed = inference_speed(model, batch_size=4, seq_len=8, device=torch.device("cpu"))
+    assert speed["batch_size"] == 4 and speed["seq_len"] == 8
+    assert speed["inference_seconds"] > 0 and speed["examples_per_second"] == 4 / speed["inference_seconds"]

@@ -30,6 +30,8 @@ from bertology.errors import EXIT_BAD_INPUT, BadInput, BertologyError
 from bertology.store import DEFAULT_ROOT, check_writable_dir, open_store
 
 STORE_ENV = "BERTOLOGY_STORE"
+# Defaults for `run --parallelism` and `--semaphore`: how many pods this machine runs at once.
+PARALLELISM_ENV, SEMAPHORES_ENV = "BERTOLOGY_PARALLELISM", "BERTOLOGY_SEMAPHORES"
 TEMPLATES_HINT = "pass --templates DIR (the WorkflowTemplates, e.g. a checkout's workflows/templates)"
 
 
@@ -55,6 +57,30 @@ def _project_root(workflow: Path, templates: Path | None = None) -> Path:
             return parent
     raise BadInput(f"cannot find the jobs/ package above '{workflow}' (run from a bertology checkout, "
                    f"or {TEMPLATES_HINT} inside one)")
+
+
+def _local_limits(args) -> tuple[int, dict[str, int]]:
+    """--parallelism and every --semaphore CONFIGMAP/KEY=N, else their environment defaults (a CPU
+    machine running tiny studies: BERTOLOGY_PARALLELISM=2 BERTOLOGY_SEMAPHORES=bertology-semaphores/gpu=2)."""
+    where = "--parallelism"
+    parallelism = args.parallelism
+    if parallelism is None and os.environ.get(PARALLELISM_ENV):
+        where, value = f"${PARALLELISM_ENV}", os.environ[PARALLELISM_ENV].strip()
+        if not value.isdigit():
+            raise BadInput(f"{where}={value!r}: parallelism must be an integer, at least 1")
+        parallelism = int(value)
+    if parallelism is not None and parallelism < 1:
+        raise BadInput(f"{where} {parallelism}: parallelism must be at least 1")
+    pairs, where = args.semaphore, "--semaphore"
+    if not pairs and os.environ.get(SEMAPHORES_ENV):
+        pairs, where = [p.strip() for p in os.environ[SEMAPHORES_ENV].split(",") if p.strip()], f"${SEMAPHORES_ENV}"
+    semaphores = {}
+    for pair in pairs:
+        name, sep, limit = pair.partition("=")
+        if not sep or "/" not in name or not limit.isdigit() or int(limit) < 1:
+            raise BadInput(f"{where} {pair!r}: expected CONFIGMAP/KEY=N with N >= 1 (e.g. bertology-semaphores/gpu=2)")
+        semaphores[name] = int(limit)
+    return parallelism or 1, semaphores
 
 
 def _store_uri(value: str | None, flag: str = "--store") -> str:
@@ -155,12 +181,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     templates = Path(args.templates) if args.templates else workflow.resolve().parent / "templates"
     if args.templates and not templates.is_dir():
         raise BadInput(f"--templates '{args.templates}' is not a directory")
-    semaphores = {}
-    for pair in args.semaphore:
-        name, sep, limit = pair.partition("=")
-        if not sep or "/" not in name or not limit.isdigit() or int(limit) < 1:
-            raise BadInput(f"--semaphore {pair!r}: expected CONFIGMAP/KEY=N with N >= 1 (e.g. bertology-semaphores/gpu=2)")
-        semaphores[name] = int(limit)
+    parallelism, semaphores = _local_limits(args)
     _mark_explicit(workflow, params, templates)
     if args.dry_run:
         return _dry_run(workflow, params, templates, args, semaphores)
@@ -172,7 +193,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         result = run_workflow(workflow, params=params, templates_dir=templates, workdir=workdir,
-                              project_root=project_root, parallelism=args.parallelism,
+                              project_root=project_root, parallelism=parallelism,
                               semaphores=semaphores, fork_server=not args.no_fork_server,
                               max_backoff_s=args.max_backoff, log=console.log, events=console.event)
     except BadInput as e:
@@ -470,11 +491,12 @@ def build_parser() -> argparse.ArgumentParser:
     loud = r.add_mutually_exclusive_group()
     loud.add_argument("-v", "--verbose", action="store_true", help="echo every step's output lines")
     loud.add_argument("-q", "--quiet", action="store_true", help="no progress line: errors and the final lines")
-    r.add_argument("--parallelism", type=int, default=1,
-                   help="containers at once on this machine (default 1; the YAML's spec.parallelism also caps it)")
+    r.add_argument("--parallelism", type=int, default=None,
+                   help=f"containers at once on this machine (default ${PARALLELISM_ENV}, else 1; the YAML's "
+                        "spec.parallelism also caps it)")
     r.add_argument("--semaphore", action="append", default=[], metavar="CONFIGMAP/KEY=N",
-                   help="the limit of a synchronization semaphore (default: the ConfigMap in the templates "
-                        "directory, else 1)")
+                   help=f"the limit of a synchronization semaphore (default: ${SEMAPHORES_ENV}, a comma-separated "
+                        "list of these, else the ConfigMap in the templates directory, else 1)")
     r.add_argument("--max-backoff", type=float, default=2.0, metavar="SECONDS",
                    help="wait at most this long between attempts (Argo's backoff is computed and logged)")
     r.add_argument("--dry-run", action="store_true",
