@@ -159,12 +159,10 @@ def ensure(store: Store) -> Path:
         with store.artifact(prefix, {"recipe": recipe()}) as out:
             if seed is not None:
                 shutil.copytree(seed, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns(MARKER))
+                done = f"tiny BERT pre-trained: copied from {seed}"
             else:
-                seconds = pretrain(out)
-        if seed is not None:
-            log.info("tiny BERT pre-trained: copied from %s", seed)
-        else:
-            log.info("tiny BERT pre-trained in %.1f s (%d masked-LM steps): %s", seconds, STEPS, store.url(prefix))
+                done = f"tiny BERT pre-trained in {pretrain(out):.1f} s ({STEPS} masked-LM steps): {store.url(prefix)}"
+        log.info("%s", done)  # once published
     return store.local_dir(prefix)
 
 

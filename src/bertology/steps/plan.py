@@ -19,7 +19,7 @@ from bertology import tasks, tiny_pretrain
 from bertology.errors import BadInput, TooSmall
 from bertology.interventions import chain_config, validate_chain
 from bertology.results.tables import results_key
-from bertology.spec import Intervention, canonical_json
+from bertology.spec import TINY_BERT, Intervention, canonical_json
 from bertology.steps import budget, planned
 from bertology.steps.common import model_config, run_key
 from bertology.steps.harness import write_outputs
@@ -125,6 +125,8 @@ def _datasets_of(run) -> list:
         datasets.append(run.dataset)
         run = run.after
     return datasets
+
+
 def _damaged(store: Store, keys: list[str]) -> set[str]:
     """The published results among `keys` that do not parse (an emptied or truncated file, or a Parquet
     page whose checksum fails). Each is deleted, and its cell runs again: its steps are cached and publish
@@ -185,6 +187,6 @@ def run(store: Store, args) -> None:
     spec = validate(spec, changes)
     for change in changes:
         log.info("preset %s: %s", spec.preset, change)
-    if '"tiny:bert"' in canonical_json(spec):  # built here, once, before parallel steps would each build it
+    if TINY_BERT in canonical_json(spec):  # built here, once, before parallel steps would each build it
         tiny_pretrain.ensure(store)
     write_outputs(args.outputs, plan_study(store, spec, changes))
