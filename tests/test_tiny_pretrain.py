@@ -7,15 +7,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bertology import models, tiny_pretrain
+from bertology import models, tiny_pretrain, tiny_recipe
 from bertology.interventions import apply_chain
 from bertology.store import LocalStore
 
 
 def test_pretraining_is_deterministic_cached_by_id_and_is_what_tiny_bert_loads(tmp_path, monkeypatch):
-    monkeypatch.setattr(tiny_pretrain, "STEPS", 4)  # the recipe, and so the id, follows the steps
+    monkeypatch.setattr(tiny_recipe, "STEPS", 4)  # the recipe, and so the id, follows the steps
     first, second = LocalStore(tmp_path / "a"), LocalStore(tmp_path / "b")
-    key = tiny_pretrain.key()
+    key = tiny_recipe.key()
     assert key.startswith("pretrained/tiny-bert-")  # content-addressed by the recipe
     a, b = tiny_pretrain.ensure(first), tiny_pretrain.ensure(second)
     assert first.is_done(key) and first.marker(key)["recipe"]["steps"] == 4
@@ -23,12 +23,12 @@ def test_pretraining_is_deterministic_cached_by_id_and_is_what_tiny_bert_loads(t
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)  # the same bytes, twice
     stamp = (a / "_SUCCESS.json").stat().st_mtime_ns
     assert tiny_pretrain.ensure(first) == a and (a / "_SUCCESS.json").stat().st_mtime_ns == stamp  # built once
-    monkeypatch.setattr(tiny_pretrain, "STEPS", 5)
-    assert tiny_pretrain.key() != key
+    monkeypatch.setattr(tiny_recipe, "STEPS", 5)
+    assert tiny_recipe.key() != key
 
     random_bert, _ = models.tiny_bert(0)
     try:
-        monkeypatch.setattr(tiny_pretrain, "STEPS", 4)
+        monkeypatch.setattr(tiny_recipe, "STEPS", 4)
         tiny_pretrain.use_store(first)
         pretrained, _ = models.load_pretrained(models.parse_model_ref("tiny:bert"))
     finally:
@@ -49,7 +49,7 @@ def test_pretraining_is_deterministic_cached_by_id_and_is_what_tiny_bert_loads(t
 def test_a_store_is_seeded_from_another_that_has_the_same_recipe(tmp_path, monkeypatch):
     """$BERTOLOGY_TINY_PRETRAINED (the test suite's one build): copied, verified, the same bytes, no
     training; a seed store without this recipe's artifact is ignored and the model is trained."""
-    monkeypatch.setattr(tiny_pretrain, "STEPS", 3)
+    monkeypatch.setattr(tiny_recipe, "STEPS", 3)
     source = LocalStore(tmp_path / "seed")
     built = tiny_pretrain.ensure(source)
     monkeypatch.setenv("BERTOLOGY_TINY_PRETRAINED", str(source.root))
@@ -60,9 +60,9 @@ def test_a_store_is_seeded_from_another_that_has_the_same_recipe(tmp_path, monke
     monkeypatch.setattr(tiny_pretrain, "pretrain", no_training)
     target = LocalStore(tmp_path / "target")
     copied = tiny_pretrain.ensure(target)
-    assert target.verify(tiny_pretrain.key())["recipe"]["steps"] == 3
+    assert target.verify(tiny_recipe.key())["recipe"]["steps"] == 3
     assert (copied / "model.safetensors").read_bytes() == (built / "model.safetensors").read_bytes()
-    monkeypatch.setattr(tiny_pretrain, "STEPS", 2)  # another recipe: the seed store lacks it
+    monkeypatch.setattr(tiny_recipe, "STEPS", 2)  # another recipe: the seed store lacks it
     with pytest.raises(AssertionError, match="trained although"):
         tiny_pretrain.ensure(LocalStore(tmp_path / "other"))
 
@@ -91,7 +91,7 @@ def test_pretraining_places_the_held_out_sentiment_words_by_polarity(tiny_pretra
     training words, the model then generalises to them (tests/test_e2e.py checks the accuracies)."""
     from transformers import AutoModel
 
-    pretrained = AutoModel.from_pretrained(LocalStore(tiny_pretrained).local_dir(tiny_pretrain.key()))
+    pretrained = AutoModel.from_pretrained(LocalStore(tiny_pretrained).local_dir(tiny_recipe.key()))
     random_bert, tokenizer = models.tiny_bert(0)
     assert _polarity_probe(pretrained, tokenizer) == 1.0
     assert _polarity_probe(random_bert, tokenizer) <= 0.75
@@ -110,7 +110,7 @@ def test_every_id_that_names_tiny_bert_hashes_the_pretraining_recipe(monkeypatch
                 "hub": CheckpointSpec("google-bert/bert-base-uncased").id}
 
     before = ids()
-    monkeypatch.setattr(tiny_pretrain, "STEPS", tiny_pretrain.STEPS + 1)
+    monkeypatch.setattr(tiny_recipe, "STEPS", tiny_recipe.STEPS + 1)
     after = ids()
     assert after["checkpoint"] != before["checkpoint"] and after["run"] != before["run"]
     assert after["dataset"] == before["dataset"] and after["hub"] == before["hub"]

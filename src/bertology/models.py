@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,6 +209,16 @@ def _require_model_type(model_type, name: str) -> None:
                        f"supported (model_type {', '.join(repr(t) for t in MODEL_TYPES)})")
 
 
+# Where `tiny:bert`'s pre-trained weights are, found on first use; None: the random tiny BERT. Set by
+# bertology.tiny_pretrain.use_store for a study step (the training lives above this module).
+_pretrained_tiny_bert: Callable[[], Path] | None = None
+
+
+def use_pretrained_tiny_bert(find: Callable[[], Path] | None) -> None:
+    global _pretrained_tiny_bert
+    _pretrained_tiny_bert = find
+
+
 def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[nn.Module, PreTrainedTokenizerFast]:
     """Load a BERT and its tokenizer, in eval mode: a BertModel, or a BertForPreTraining when the checkpoint
     has a pre-trained masked-LM head, so that head survives into built checkpoints (masked-LM fine-tuning
@@ -218,9 +228,7 @@ def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[nn.Module, PreTrained
     loads agree bit for bit and the caller's global RNG is left alone.
     """
     if ref.kind == "tiny":
-        from bertology import tiny_pretrain
-
-        pretrained = tiny_pretrain.pretrained_dir() if ref.location == "bert" else None
+        pretrained = _pretrained_tiny_bert() if ref.location == "bert" and _pretrained_tiny_bert else None
         if pretrained is None:
             return tiny_model(ref.location, seed)
         ref = ModelRef("dir", str(pretrained))  # the store's pre-trained tiny BERT (a study step)

@@ -12,38 +12,17 @@ checkpoint or run is shared by every study that needs it.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from bertology import tiny_recipe
+from bertology.canonical import canonical_json, hash_id
 from bertology.errors import BadInput
 from bertology.tracking import check_name  # the names only: no tracking library is imported
 
 # Bump a kind's version when the code producing its artifact changes what the artifact means.
-CODE_VERSIONS = {"checkpoint": "1", "dataset": "1", "run": "1", "study": "1", "vocab": "1", "pretrain": "1"}
-
-
-def canonical_json(obj: Any) -> str:
-    """Sorted keys, no whitespace, floats in Python's shortest round-trip form, no NaN/inf."""
-    return json.dumps(_normalise(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
-
-
-def _normalise(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return obj.to_dict()
-    if isinstance(obj, dict):
-        return {str(k): _normalise(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_normalise(v) for v in obj]
-    if isinstance(obj, float):
-        if not math.isfinite(obj):
-            raise BadInput(f"non-finite number {obj!r} in a spec (only finite numbers are allowed)")
-        # 3.0 and 3 must not give two ids for the same spec.
-        return int(obj) if obj.is_integer() and abs(obj) < 2**53 else obj
-    return obj
+CODE_VERSIONS = {"checkpoint": "1", "dataset": "1", "run": "1", "study": "1", "vocab": "1"}
 
 
 # Kinds whose artifacts depend on a model's weights (a dataset or vocabulary needs its tokenizer only).
@@ -52,15 +31,13 @@ TINY_BERT = '"tiny:bert"'  # the tiny preset's BERT, as a JSON string in a canon
 
 
 def content_id(kind: str, payload: Any) -> str:
-    """A payload that names the tiny BERT also hashes its pre-training recipe (bertology.tiny_pretrain):
+    """A payload that names the tiny BERT also hashes its pre-training recipe (bertology.tiny_recipe):
     `tiny:bert` is a name for weights a recipe makes, so a changed recipe never reuses the artifacts the
     old weights made, in a store that holds them."""
     text = f"{kind}:{CODE_VERSIONS[kind]}:{canonical_json(payload)}"
     if kind in WEIGHT_KINDS and TINY_BERT in text:
-        from bertology import tiny_pretrain
-
-        text += f":{tiny_pretrain.key()}"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+        text += f":{tiny_recipe.key()}"
+    return hash_id(text)
 
 
 def require_key(d: dict, key: str, kind: str) -> Any:

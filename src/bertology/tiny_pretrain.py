@@ -27,65 +27,17 @@ stays the random tiny BERT.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
-import random
 import shutil
 import time
 from pathlib import Path
 
-from bertology.spec import content_id
+from bertology import models, tiny_recipe
 from bertology.store import MARKER, Store
+from bertology.tiny_recipe import corpus, key, recipe
 
 log = logging.getLogger("bertology")
-
-SEED = 0
-STEPS = 600
-BATCH_SIZE = 32
-LR = 2e-3
-MAX_LENGTH = 32
-REVIEWS = 1000
-REVIEW_WORDS = 8
-ENGLISH_SENTENCES = 150
-
-_store: Store | None = None
-
-
-def corpus(seed: int = SEED) -> list[str]:
-    """Reviews that string together sentiment words of one polarity (both splits' words: pre-training
-    sees the held-out words, fine-tuning does not), and synthetic English sentences, shuffled."""
-    from bertology.tasks.synthetic import SENTIMENT_WORDS
-    from bertology.tasks.synthetic.corpus import generate
-
-    rng = random.Random(f"bertology-tiny-pretrain/{seed}")
-    words = {label: [w for split in SENTIMENT_WORDS.values() for w in split[label]]
-             for label in ("negative", "positive")}
-    lines = [" ".join(rng.choice(words[("negative", "positive")[i % 2]]) for _ in range(REVIEW_WORDS))
-             for i in range(REVIEWS)]
-    lines += [s.lower() for s in generate("en", "train", ENGLISH_SENTENCES, seed)]
-    rng.shuffle(lines)
-    return lines
-
-
-def recipe() -> dict:
-    """Everything the pre-trained weights depend on; its hash is the artifact's id."""
-    from bertology.models import tiny_config
-
-    text = "\n".join(corpus())
-    return {"config": tiny_config("bert").to_diff_dict(), "corpus_sha256": hashlib.sha256(text.encode()).hexdigest(),
-            "steps": STEPS, "batch_size": BATCH_SIZE, "lr": LR, "max_length": MAX_LENGTH, "seed": SEED}
-
-
-def key() -> str:
-    return _key(STEPS, BATCH_SIZE, LR, MAX_LENGTH, SEED, REVIEWS, REVIEW_WORDS, ENGLISH_SENTENCES)
-
-
-@functools.lru_cache(maxsize=4)
-def _key(*settings) -> str:
-    """Once per process for each setting of the recipe's constants (every id naming tiny:bert asks)."""
-    return f"pretrained/tiny-bert-{content_id('pretrain', recipe())}"
-
 
 def pretrain(out: Path) -> float:
     """Masked-LM training of the tiny BERT into `out` (an HF directory with its MLM head); wall seconds."""
@@ -93,18 +45,17 @@ def pretrain(out: Path) -> float:
     import torch
     from transformers import BertForPreTraining
 
-    from bertology import models
     from bertology.tasks.corpora import tokenize_corpus
 
     start, threads = time.time(), torch.get_num_threads()
     tokenizer = models.load_tokenizer(models.ModelRef("tiny", "bert"))
-    table = tokenize_corpus(corpus(), tokenizer, MAX_LENGTH)
+    table = tokenize_corpus(corpus(), tokenizer, tiny_recipe.MAX_LENGTH)
     rows = [np.asarray(r, dtype=np.int64) for r in table.column("input_ids").to_pylist()]
     torch.set_num_threads(1)  # the same kernels in the same order on every machine
     try:
         # dropout draws from torch's global RNG: seeded here, in a fork, so the caller's RNG is left alone
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(SEED)
+            torch.manual_seed(tiny_recipe.SEED)
             model = _train(BertForPreTraining(models.tiny_config("bert")), tokenizer, rows)
     finally:
         torch.set_num_threads(threads)
@@ -113,24 +64,24 @@ def pretrain(out: Path) -> float:
 
 
 def _train(model, tokenizer, rows: list) -> object:
-    """STEPS of AdamW on masked batches drawn (and masked) from one seeded NumPy generator."""
+    """The recipe's STEPS of AdamW on masked batches drawn (and masked) from one seeded NumPy generator."""
     import numpy as np
     import torch
 
     from bertology.interventions.reinit import reinit_all
     from bertology.tasks.corpora import IGNORE, mask_tokens
 
-    config, rng = model.config, np.random.default_rng(SEED)
-    reinit_all(model, std=config.initializer_range, generator=torch.Generator().manual_seed(SEED))
+    config, rng = model.config, np.random.default_rng(tiny_recipe.SEED)
+    reinit_all(model, std=config.initializer_range, generator=torch.Generator().manual_seed(tiny_recipe.SEED))
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=tiny_recipe.LR, weight_decay=0.0)
     special = list(tokenizer.all_special_ids)
     # the vocabulary projection only over the corpus's own tokens (the only targets): ~100x less work
     vocab = torch.from_numpy(np.unique(np.concatenate(rows)))
     head = model.cls.predictions
-    for step in range(STEPS):
-        batch = [rows[i] for i in rng.choice(len(rows), BATCH_SIZE, replace=False)]
-        ids = np.full((BATCH_SIZE, max(len(r) for r in batch)), tokenizer.pad_token_id, dtype=np.int64)
+    for step in range(tiny_recipe.STEPS):
+        batch = [rows[i] for i in rng.choice(len(rows), tiny_recipe.BATCH_SIZE, replace=False)]
+        ids = np.full((tiny_recipe.BATCH_SIZE, max(len(r) for r in batch)), tokenizer.pad_token_id, dtype=np.int64)
         for i, r in enumerate(batch):
             ids[i, :len(r)] = r
         masked, labels = mask_tokens(ids, np.isin(ids, special), mask_id=tokenizer.mask_token_id,
@@ -144,8 +95,8 @@ def _train(model, tokenizer, rows: list) -> object:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        if step % 100 == 0 or step == STEPS - 1:
-            log.info("tiny BERT pre-training: step %d/%d, masked-LM loss %.3f", step + 1, STEPS, loss.item())
+        if step % 100 == 0 or step == tiny_recipe.STEPS - 1:
+            log.info("tiny BERT pre-training: step %d/%d, masked-LM loss %.3f", step + 1, tiny_recipe.STEPS, loss.item())
     return model
 
 
@@ -161,7 +112,7 @@ def ensure(store: Store) -> Path:
                 shutil.copytree(seed, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns(MARKER))
                 done = f"tiny BERT pre-trained: copied from {seed}"
             else:
-                done = f"tiny BERT pre-trained in {pretrain(out):.1f} s ({STEPS} masked-LM steps): {store.url(prefix)}"
+                done = f"tiny BERT pre-trained in {pretrain(out):.1f} s ({tiny_recipe.STEPS} masked-LM steps): {store.url(prefix)}"
         log.info("%s", done)  # once published
     return store.local_dir(prefix)
 
@@ -177,10 +128,6 @@ def _seeded(prefix: str) -> Path | None:
 
 
 def use_store(store: Store | None) -> None:
-    """Where `tiny:bert` comes from in this process: the store's pre-trained tiny BERT (None: random)."""
-    global _store
-    _store = store
-
-
-def pretrained_dir() -> Path | None:
-    return None if _store is None else ensure(_store)
+    """Where `tiny:bert` comes from in this process: the store's pre-trained tiny BERT, built on first
+    use (None: the random draw)."""
+    models.use_pretrained_tiny_bert(None if store is None else functools.partial(ensure, store))
