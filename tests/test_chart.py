@@ -29,9 +29,10 @@ pytestmark = pytest.mark.skipif(HELM is None, reason="helm is not installed (`ma
 
 CUSTOM = {
     "images": {
-        "train": {"repository": "registry.example/ml/train", "tag": "2.0.1", "pullPolicy": "Always"},
-        "cpu": {"repository": "registry.example/ml/cpu", "tag": "2.0.1-cpu", "pullPolicy": "Never"},
+        "train": {"repository": "registry.example/ml/train", "tag": "2.0.1", "digest": "", "pullPolicy": "Always"},
+        "cpu": {"repository": "registry.example/ml/cpu", "tag": "2.0.1-cpu", "digest": "", "pullPolicy": "Never"},
     },
+    "tmp": {"sizeLimit": "50Gi"},
     "gpu": {
         "count": 2,
         "resourceName": "amd.com/gpu",
@@ -43,6 +44,14 @@ CUSTOM = {
     "s3": {"secretName": "studies-s3"},
     "serviceAccount": {"name": "studies-runner"},
     "nightly": {"enabled": True, "schedule": "30 3 * * 1-5", "suspend": True},
+    "networkPolicy": {
+        "enabled": True,
+        "dns": {"cidrs": ["10.96.0.10/32", "169.254.20.10/32"]},
+        "store": {"cidrs": ["10.20.0.0/16"], "ports": [9000]},  # the MinIO of store.endpointUrl
+        "hub": {"cidrs": [], "ports": [443]},  # offline: no hub rule
+        "apiServer": {"cidrs": ["172.20.0.1/32", "fd00::1/128"], "ports": [6443]},
+        "extraEgress": [{"to": [{"ipBlock": {"cidr": "10.30.0.5/32"}}], "ports": [{"protocol": "TCP", "port": 5000}]}],
+    },
 }
 
 
@@ -92,7 +101,8 @@ def expected(doc: dict, values: dict, labels: dict) -> dict:
             continue
         name = container["image"].rsplit("/", 1)[1].split(":")[0].removeprefix("bertology-")
         image = values["images"][name]
-        container["image"] = f"{image['repository']}:{image['tag'] or app_version}"
+        container["image"] = f"{image['repository']}@{image['digest']}" if image["digest"] else \
+            f"{image['repository']}:{image['tag'] or app_version}"
         container["imagePullPolicy"] = image["pullPolicy"]
         for env in container.get("env", []):
             ref = env.get("valueFrom", {}).get("secretKeyRef")
@@ -107,6 +117,10 @@ def expected(doc: dict, values: dict, labels: dict) -> dict:
                 template["nodeSelector"] = {**template.get("nodeSelector", {}), **values["gpu"]["nodeSelector"]}
             template["tolerations"] = template.get("tolerations", []) + values["gpu"]["tolerations"]
         template["serviceAccountName"] = values["serviceAccount"]["name"]
+        tmp = {m["name"] for m in container.get("volumeMounts", []) if m["mountPath"] == "/tmp"}
+        for volume in template.get("volumes", []):
+            if volume["name"] in tmp and "emptyDir" in volume:
+                volume["emptyDir"]["sizeLimit"] = values["tmp"]["sizeLimit"]
     return doc
 
 
@@ -221,6 +235,20 @@ def test_nightly_cron_workflow_is_the_file_with_schedule_suspend_and_the_store_f
         "workflows.argoproj.io/configmap-type"] == "Parameter"
 
 
+def test_image_digests_pin_the_step_images_by_content():
+    train, cpu = "sha256:" + "0123456789abcdef" * 4, "sha256:" + "f" * 64
+    docs = render("--set", f"images.train.digest={train}", "--set", f"images.cpu.digest={cpu}",
+                  "--set", "images.cpu.tag=9.9.9")
+    labels = by_kind(docs, "ServiceAccount")["bertology"]["metadata"]["labels"]
+    values = chart_values({"images": {name: {**chart_values()["images"][name], "digest": digest}
+                                      for name, digest in (("train", train), ("cpu", cpu))}})
+    installed = by_kind(docs, "WorkflowTemplate")
+    for name, doc in library().items():
+        assert installed[name] == expected(doc, values, labels)
+    images = {t["container"]["image"] for d in installed.values() for t in d["spec"]["templates"] if "container" in t}
+    assert images == {f"ghcr.io/bertology/bertology-train@{train}", f"ghcr.io/bertology/bertology-cpu@{cpu}"}
+
+
 def test_nightly_can_be_left_out():
     assert by_kind(render("--set", "nightly.enabled=false"), "CronWorkflow") == {}
 
@@ -236,7 +264,7 @@ def test_config_maps_carry_the_store_endpoint_and_gpu_semaphore(default_docs, cu
 
 def test_rbac_grants_the_executor_exactly_its_task_results(custom_docs):
     kinds = sorted(d["kind"] for d in custom_docs)
-    assert kinds == sorted(["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "ConfigMap", "CronWorkflow",
+    assert kinds == sorted(["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "ConfigMap", "CronWorkflow", "NetworkPolicy",
                             *["WorkflowTemplate"] * len(library())])
     (role,) = by_kind(custom_docs, "Role").values()
     assert role["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],

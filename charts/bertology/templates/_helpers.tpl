@@ -33,11 +33,25 @@ Context: dict with doc (the parsed document), path (its file) and root (the char
 {{- if not (dig "securityContext" "readOnlyRootFilesystem" false .) }}
 {{- fail (printf "%s: container.securityContext.readOnlyRootFilesystem must be true" $where) }}
 {{- end }}
+{{- include "bertology.restricted" (dict "template" $t "container" . "where" $where) }}
+{{- range $mount := .volumeMounts }}
+{{- if eq (toString $mount.mountPath) "/tmp" }}
+{{- range $volume := $t.volumes }}
+{{- if and (eq (toString $volume.name) (toString $mount.name)) (hasKey $volume "emptyDir") }}
+{{- $_ := set $volume "emptyDir" (merge (dict "sizeLimit" $root.Values.tmp.sizeLimit) (omit ($volume.emptyDir | default dict) "sizeLimit")) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $image := get $root.Values.images (trimPrefix "bertology-" (regexReplaceAll "[:@].*$" (base .image) "")) }}
 {{- if not $image }}
 {{- fail (printf "%s: image %s is not bertology-train or bertology-cpu (expected one of values.images)" $where .image) }}
 {{- end }}
+{{- if $image.digest }}
+{{- $_ := set . "image" (printf "%s@%s" $image.repository $image.digest) }}
+{{- else }}
 {{- $_ := set . "image" (printf "%s:%s" $image.repository ($image.tag | default $root.Chart.AppVersion)) }}
+{{- end }}
 {{- $_ := set . "imagePullPolicy" $image.pullPolicy }}
 {{- range $env := .env }}
 {{- $secret := dig "valueFrom" "secretKeyRef" dict $env }}
@@ -65,4 +79,29 @@ Context: dict with doc (the parsed document), path (its file) and root (the char
 {{- end }}
 {{- end }}
 {{- toYaml $doc }}
+{{- end }}
+
+
+{{/*
+What the "restricted" Pod Security Standard needs of a step template and that only the template can give
+(README, "Pod Security"; tests/test_pod_security.py checks every rule on the pods Argo makes): RuntimeDefault
+seccomp on the pod, so that Argo's init and wait containers have it too; no privilege escalation and every
+capability dropped in the container; the labels the NetworkPolicy selects step pods by.
+Context: dict with template, container and where (the file and template, for the message).
+*/}}
+{{- define "bertology.restricted" -}}
+{{- $t := .template }}
+{{- if ne (toString (dig "securityContext" "seccompProfile" "type" "" $t)) "RuntimeDefault" }}
+{{- fail (printf "%s: securityContext.seccompProfile.type must be RuntimeDefault" .where) }}
+{{- end }}
+{{- if ne (toString (dig "securityContext" "allowPrivilegeEscalation" "" .container)) "false" }}
+{{- fail (printf "%s: container.securityContext.allowPrivilegeEscalation must be false" .where) }}
+{{- end }}
+{{- if not (has "ALL" (dig "securityContext" "capabilities" "drop" list .container)) }}
+{{- fail (printf "%s: container.securityContext.capabilities.drop must hold ALL" .where) }}
+{{- end }}
+{{- $labels := dig "metadata" "labels" dict $t }}
+{{- if or (ne (toString (get $labels "app.kubernetes.io/name")) "bertology") (ne (toString (get $labels "app.kubernetes.io/component")) "step") }}
+{{- fail (printf "%s: metadata.labels must carry app.kubernetes.io/name: bertology and app.kubernetes.io/component: step (the NetworkPolicy selects step pods by them)" .where) }}
+{{- end }}
 {{- end }}
