@@ -45,6 +45,8 @@ def raise_on_sigterm() -> None:
 
 class Record:
     def __init__(self, out: Path | None, budget_s: float | None, render_extra: Callable[[dict], list[str]]):
+        """`render_extra(figures)`: the report's closing lines, recomputed at every save (it may add
+        derived figures, such as the targets, to `figures`)."""
         self.out, self.budget_s, self.render_extra = out, budget_s, render_extra
         self.start = time.monotonic()
         self.report: list[str] = []
@@ -76,8 +78,8 @@ class Record:
         if self.out is None:
             return
         self.figures["meta"]["elapsed_s"] = round(time.monotonic() - self.start, 1)
-        for name, text in ((FIGURES, json.dumps(self.figures, indent=1)),
-                           (REPORT, "\n".join(self.report + self.render_extra(self.figures)) + "\n")):
+        report = "\n".join(self.report + self.render_extra(self.figures)) + "\n"  # may add to the figures
+        for name, text in ((FIGURES, json.dumps(self.figures, indent=1)), (REPORT, report)):
             tmp = self.out / f".{name}.tmp"
             tmp.write_text(text)
             tmp.replace(self.out / name)
