@@ -50,8 +50,8 @@ names = ("torch", "transformers", "tokenizers", "accelerate", "datasets", "dill"
 print("python", platform.python_version(), "|", ", ".join(f"{n} {md.version(n)}" for n in names))
 print("cuda:", torch.cuda.is_available() and torch.cuda.get_device_name(0), "| torch.version.cuda", torch.version.cuda)
 EOF
-  # The budget counts from the script's start (the install and the checks above included); the hard stop
-  # 60 s after it covers gpu.py's own start and its last save, so the call ends by BUDGET_S + 70 s.
+  # The budget counts from the script's start (the install and the checks above included, and gpu.py's
+  # own imports); the hard stop 60 s after it leaves gpu.py its last save: the call ends by BUDGET_S + 70 s.
   local left=$((BUDGET_S > SECONDS ? BUDGET_S - SECONDS : 0))
   echo "== bench/gpu.py --budget-s $left $* (after ${SECONDS} s of set-up)"
   timeout -k 10 $((left + 60)) "$PYTHON" bench/gpu.py --budget-s "$left" --out "$OUT" "$@"

@@ -44,11 +44,13 @@ def raise_on_sigterm() -> None:
 
 
 class Record:
-    def __init__(self, out: Path | None, budget_s: float | None, render_extra: Callable[[dict], list[str]]):
+    def __init__(self, out: Path | None, budget_s: float | None, render_extra: Callable[[dict], list[str]],
+                 start: float | None = None):
         """`render_extra(figures)`: the report's closing lines, recomputed at every save (it may add
-        derived figures, such as the targets, to `figures`)."""
+        derived figures, such as the targets, to `figures`); `start`: the `time.monotonic()` the budget
+        counts from (default: now)."""
         self.out, self.budget_s, self.render_extra = out, budget_s, render_extra
-        self.start = time.monotonic()
+        self.start = time.monotonic() if start is None else start
         self.report: list[str] = []
         self.figures: dict = {"meta": {}, "parts": {}}
         self._printed = 0
