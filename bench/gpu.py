@@ -3,17 +3,24 @@ each optimisation, a GLUE sweep estimate and several runs sharing one GPU. Print
 
     python bench/gpu.py                  # on a CUDA machine: BERT-base (BertConfig(), random weights)
     python bench/gpu.py --parts ours,overhead --scale 0.5
+    python bench/gpu.py --budget-s 330 --out DIR   # the lent GPU's call (bench/README.md, bench/device.sh)
+
+With --out, report.md and figures.json (every figure of the report, and each part's status) are rewritten
+after every measurement, so a call cut off at its limit still returns what was measured; --budget-s stops
+whatever runs at the deadline and skips the rest (bench/gpu_record.py). Parts run in the order of the
+targets they measure (ours, overhead, sweep, concurrency), the diagnostics (optimisations) last.
 
 What is measured (on CUDA: BERT-base from `BertConfig()` with random weights, so no hub is needed; bf16
 autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
 
 - ours vs the Trainer: training sequences/s of `bertology.train.finetune` and of the HF Trainer on the same
   batches (`bench/finetune_throughput.run_trainer`: group_by_length, bf16, SDPA, the same batch size,
-  eval batch, lr, warmup, weight decay and seed), one after the other in this process, on token lengths
-  drawn from the GLUE length histograms in bench/glue_lengths.json (see bench/glue_lengths.py; MNLI and QQP
-  are assumed to look like QNLI). MFU = 6 x non-embedding parameters x real (unpadded) tokens / time /
-  peak bf16 dense FLOP/s of the device (a table by device name: H100 SXM 989 TFLOP/s, H100 PCIe 756, H200
-  989, A100 312); attention's own FLOPs (small at length <= 128) and pad tokens are not counted.
+  eval batch, lr, warmup, weight decay and seed), one after the other in this process: at a fixed length
+  of 128 (every row 128 tokens, so every batch is 32 x 128 in both), and on token lengths drawn from the
+  GLUE length histograms in bench/glue_lengths.json (see bench/glue_lengths.py; MNLI and QQP are assumed
+  to look like QNLI). MFU = 6 x non-embedding parameters x real (unpadded) tokens / time / peak bf16
+  dense FLOP/s of the device (a table by device name: H100 SXM 989 TFLOP/s, H100 PCIe 756, H200 989, A100
+  312); attention's own FLOPs (small at length <= 128) and pad tokens are not counted.
 - optimisations: compile on and off, the padding waste (share of pad tokens) with and without length
   grouping and with widths bucketed to multiples of 8, training seq/s with and without the buckets, and
   evaluation seq/s at eval batch 128 and 512.
@@ -24,27 +31,35 @@ autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
   for an RTE-sized and an SST-2-sized run (3 epochs, K = 1).
 - the GLUE sweep: nine tasks, 3 epochs, one model and seed: per-task training throughput measured on each
   task's lengths, plus the measured overheads, at the public training and dev sizes.
-- runs side by side: the finetune step on a bundle of 4 RTE-sized and of 4 SST-2-sized runs (one epoch for
-  SST-2 unless --scale says otherwise) with `gpu_concurrency` K = 1, 2, 4: aggregate training seq/s
-  (all sequences / wall time of the whole bundle, overheads included).
+- runs side by side: the finetune step on a bundle of 4 RTE-sized runs (3 epochs) and of 4 runs of a
+  quarter of SST-2 (1 epoch) with `gpu_concurrency` K = 1, 2, 4: aggregate training seq/s (all sequences /
+  wall time of the whole bundle, overheads included), its speed-up over K = 1, and at K = 1 the step's
+  non-training share (the per-run overhead of the real step, scoring and analysis included).
+- the targets (issue 21): each target's measured value, next to the target, in the report's last section
+  and in figures.json's "targets".
 
-On CPU it runs a reduced version (a tiny BertConfig, a few steps, fp32) and marks what needs CUDA
-"n/a (no CUDA)"; those figures are CPU figures and say nothing about a GPU.
+On CPU it runs a reduced version (a tiny BertConfig, a few steps, fp32; side by side, the RTE-sized bundle
+only, of 2 runs, K = 1, 2) and marks what needs CUDA "n/a (no CUDA)"; those figures are CPU figures and
+say nothing about a GPU. tests/test_device_kit.py runs it so, through bench/device.sh, in a Python 3.12
+environment holding only the GPU machine's packages and the device kit.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
 import json
 import logging
 import math
+import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+STARTED = time.monotonic()  # --budget-s counts from here: the imports below take seconds on a busy machine
 
 import numpy as np
 import pyarrow as pa
@@ -58,6 +73,13 @@ from bertology.train.heads import head_for
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from gpu_record import (  # bench/ is not a package: imported from its folder
+    Record,
+    Terminated,
+    raise_on_sigterm,
+    run_child,
+)
+
 LENGTHS = json.loads((HERE / "glue_lengths.json").read_text())
 GLUE = tuple(LENGTHS["tasks"])
 # Public GLUE dev sizes (MNLI: matched + mismatched), for the evaluation part of the sweep estimate.
@@ -66,7 +88,9 @@ DEV_SIZES = {"cola": 1043, "sst2": 872, "mrpc": 408, "stsb": 1500, "qqp": 40430,
 # Peak dense bf16 tensor FLOP/s by device name (vendor datasheets, no sparsity), most specific first.
 PEAK_BF16 = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("GH200", 989e12), ("A100", 312e12))
 NA = "n/a (no CUDA)"
-PARTS = ("ours", "optimisations", "overhead", "sweep", "concurrency")
+PARTS = ("ours", "overhead", "sweep", "concurrency", "optimisations")  # the order they run in
+FIXED = "fixed-128"  # the ours-vs-Trainer row at a fixed length of 128 (SST-2's single-sentence head)
+VERSIONS = ("torch", "transformers", "tokenizers", "accelerate", "datasets", "numpy", "pyarrow")
 
 
 # -- data and model -------------------------------------------------------------------------------------
@@ -77,25 +101,31 @@ def sample_lengths(task: str, n: int, rng: np.random.Generator) -> np.ndarray:
     return rng.choice(values, size=n, p=counts / counts.sum())
 
 
-def synthetic_split(task: str, n: int, seed: int, vocab_size: int) -> pa.Table:
-    """`n` rows in the prepared-data format whose lengths follow `task`'s GLUE histogram: [CLS] random
-    word pieces [SEP] (a pair: two segments), random binary labels."""
+def synthetic_split(task: str, n: int, seed: int, vocab_size: int, length: int | None = None) -> pa.Table:
+    """`n` rows in the prepared-data format whose lengths follow `task`'s GLUE histogram (or are all
+    `length`): [CLS] random word pieces [SEP] (a pair: two segments), random labels of the task's type
+    (float32 scores in [0, 5) for STS-B's regression, as prepare-data stores them)."""
     rng = np.random.default_rng(seed)
-    lengths = sample_lengths(task, n, rng)
-    pair = len(tasks.get_task(task).text_fields) == 2
+    lengths = sample_lengths(task, n, rng) if length is None else np.full(n, length)
+    spec = tasks.get_task(task)
+    pair = len(spec.text_fields) == 2
     ids, types = [], []
-    for length in lengths:
-        row = rng.integers(1000, vocab_size, size=length, dtype=np.int32)
+    for width in lengths:
+        row = rng.integers(1000, vocab_size, size=width, dtype=np.int32)
         row[0], row[-1] = 101, 102
-        seg = np.zeros(length, dtype=np.int8)
-        if pair and length > 3:
-            seg[length // 2:] = 1
-            row[length // 2 - 1] = 102
+        seg = np.zeros(width, dtype=np.int8)
+        if pair and width > 3:
+            seg[width // 2:] = 1
+            row[width // 2 - 1] = 102
         ids.append(row)
         types.append(seg)
+    if spec.is_regression:
+        labels = pa.array(rng.uniform(0, 5, size=n).astype(np.float32))
+    else:
+        labels = pa.array(rng.integers(0, spec.num_labels, size=n, dtype=np.int64))
     return pa.table({"idx": np.arange(n, dtype=np.int64), "input_ids": pa.array(ids, pa.list_(pa.int32())),
                      "token_type_ids": pa.array(types, pa.list_(pa.int8())),
-                     "label": rng.integers(0, 2, size=n, dtype=np.int64), "length": lengths.astype(np.int32)})
+                     "label": labels, "length": lengths.astype(np.int32)})
 
 
 def make_model(root: Path, cuda: bool) -> Path:
@@ -130,6 +160,13 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 # -- measurements ---------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class Bench:
@@ -139,6 +176,7 @@ class Bench:
     params: int
     scale: float
     hp: Hyper
+    rec: Record
     snapshot_s: float = 0.0  # one resume-state snapshot (weights and optimizer to the CPU), measured
 
     @property
@@ -148,14 +186,17 @@ class Bench:
     def n(self, cuda_rows: int, cpu_rows: int) -> int:
         return max(self.hp.batch_size, int((cuda_rows if self.cuda else cpu_rows) * self.scale))
 
-    def split(self, task: str, n: int, seed: int = 0) -> pa.Table:
-        return synthetic_split(task, n, seed, 30522)
+    def split(self, task: str, n: int, seed: int = 0, length: int | None = None) -> pa.Table:
+        return synthetic_split(task, n, seed, 30522, length)
 
-    def mfu(self, tokens: float, seconds: float) -> str:
+    def mfu(self, tokens: float, seconds: float) -> float | None:
         peak = peak_flops(self.device)
-        if peak is None:
+        return None if peak is None else 6 * self.params * tokens / seconds / peak
+
+    def mfu_text(self, mfu: float | None) -> str:
+        if mfu is None:
             return NA if not self.cuda else "n/a (unknown device)"
-        return f"{100 * 6 * self.params * tokens / seconds / peak:.1f}%"
+        return f"{100 * mfu:.1f}%"
 
     def ours(self, task: str, train: pa.Table, val: pa.Table, **hp) -> dict:
         out = self.root / f"ours-{time.monotonic_ns()}"
@@ -183,30 +224,48 @@ class Bench:
         sync(self.device)
         return len(val) / (time.perf_counter() - start)
 
+    def train_rate(self, task: str) -> float:
+        """Ours' training seq/s on `task`'s lengths: the ours part's figure, else measured now."""
+        measured = self.rec.figures.get("ours", {}).get(task, {}).get("ours")
+        if measured:
+            return measured["seq_s"]
+        train = self.split(task, self.n(6_400, 192))
+        return len(train) / self.ours(task, train, self.split(task, 64, seed=1))["train_s"]
 
-def part_ours(b: Bench, report: list[str]) -> dict[str, float]:
-    report += ["## Ours vs the HF Trainer (training seq/s, same batches)", "",
-               "| lengths like | loop | seq/s | tokens/s | MFU | ours / Trainer |", "|---|---|---|---|---|---|"]
-    rates = {}
-    for task in ("sst2", "qnli", "rte"):
-        train, val = b.split(task, b.n(12_800, 256)), b.split(task, b.n(1_000, 64), seed=1)
+
+def part_ours(b: Bench) -> None:
+    b.rec.lines("## Ours vs the HF Trainer (training seq/s, same batches)", "",
+                "| lengths | loop | seq/s | tokens/s | MFU | ours / Trainer |", "|---|---|---|---|---|---|")
+    for row in (FIXED, "sst2", "qnli", "rte"):
+        task, length = ("sst2", 128) if row == FIXED else (row, None)
+        train = b.split(task, b.n(12_800, 256), length=length)
+        val = b.split(task, b.n(1_000, 64), seed=1, length=length)
         tokens = int(np.sum(train.column("length").to_numpy()))
-        ours = b.ours(task, train, val)
+        label = "fixed length 128" if row == FIXED else f"like {row}"
+        b.rec.put("ours", row, {"task_head": task, "rows": len(train), "tokens": tokens})
+        loops = {"ours": b.ours(task, train, val)}
         try:
-            trainer = b.trainer(task, train, val)
+            loops["Trainer"] = b.trainer(task, train, val)
         except ImportError as e:  # TrainingArguments needs accelerate (pip install -e '.[bench]')
-            trainer = None
+            loops["Trainer"] = None
             missing = f"n/a ({str(e).split(':')[0]})"
-        rates[task] = len(train) / ours["train_s"]
-        for name, m in (("ours", ours), ("Trainer", trainer)):
+        for name, m in loops.items():
             if m is None:
-                report.append(f"| {task} | {name} | {missing} | | | |")
+                b.rec.put("ours", row, "trainer", {"error": missing})
+                b.rec.lines(f"| {label} | {name} | {missing} | | | |")
                 continue
-            ratio = f"{trainer['train_s'] / ours['train_s']:.2f}x" if name == "ours" and trainer else ""
-            report.append(f"| {task} | {name} | {len(train) / m['train_s']:,.0f} | {tokens / m['train_s']:,.0f} | "
-                          f"{b.mfu(tokens, m['train_s'])} | {ratio} |")
-    report.append("")
-    return rates
+            mfu = b.mfu(tokens, m["train_s"])
+            figures = {"train_s": m["train_s"], "eval_s": m.get("eval_s", m.get("fit_s", 0) - m["train_s"]),
+                       "seq_s": len(train) / m["train_s"], "tokens_s": tokens / m["train_s"], "mfu": mfu}
+            b.rec.put("ours", row, name.lower(), figures)
+            ratio = ""
+            if name == "ours" and loops["Trainer"]:
+                speedup = loops["Trainer"]["train_s"] / m["train_s"]
+                b.rec.put("ours", row, "ours_over_trainer", speedup)
+                ratio = f"{speedup:.2f}x"
+            b.rec.lines(f"| {label} | {name} | {figures['seq_s']:,.0f} | {figures['tokens_s']:,.0f} | "
+                        f"{b.mfu_text(mfu)} | {ratio} |")
+    b.rec.lines("")
 
 
 def padding_waste(lengths: np.ndarray, batch: int, grouped: bool, multiple: int, limit: int = 128) -> float:
@@ -216,20 +275,22 @@ def padding_waste(lengths: np.ndarray, batch: int, grouped: bool, multiple: int,
         order = np.random.default_rng(0).permutation(len(lengths))
         batches = [order[i:i + batch] for i in range(0, len(order), batch)]
     padded = sum(len(rows) * padded_width(int(lengths[rows].max()), multiple, limit) for rows in batches)
-    return 1 - lengths.sum() / padded
+    return float(1 - lengths.sum() / padded)
 
 
-def part_optimisations(b: Bench, report: list[str]) -> None:
-    report += ["## Effect of each optimisation", "",
-               ("Padding waste: the share of pad tokens in training batches (batch 32, lengths drawn from each "
-               "task's GLUE histogram)."), "",
-               "| task | random batches | length-grouped | grouped, widths to multiples of 8 |", "|---|---|---|---|"]
+def part_optimisations(b: Bench) -> None:
+    b.rec.lines("## Effect of each optimisation", "",
+                ("Padding waste: the share of pad tokens in training batches (batch 32, lengths drawn from each "
+                 "task's GLUE histogram)."), "",
+                "| task | random batches | length-grouped | grouped, widths to multiples of 8 |", "|---|---|---|---|")
     rng = np.random.default_rng(0)
     for task in GLUE:
         lengths = sample_lengths(task, 20_000, rng)
-        report.append(f"| {task} | {padding_waste(lengths, 32, False, 1):.1%} | {padding_waste(lengths, 32, True, 1):.1%} "
-                      f"| {padding_waste(lengths, 32, True, 8):.1%} |")
-    report += ["", "| setting (SST-2 and RTE lengths) | SST-2 seq/s | RTE seq/s |", "|---|---|---|"]
+        waste = {"random": padding_waste(lengths, 32, False, 1), "grouped": padding_waste(lengths, 32, True, 1),
+                 "grouped_multiple_8": padding_waste(lengths, 32, True, 8)}
+        b.rec.put("optimisations", "padding_waste", task, waste)
+        b.rec.lines(f"| {task} | " + " | ".join(f"{v:.1%}" for v in waste.values()) + " |")
+    b.rec.lines("", "| setting (SST-2 and RTE lengths) | SST-2 seq/s | RTE seq/s |", "|---|---|---|")
     sets = {t: (b.split(t, b.n(6_400, 192)), b.split(t, b.n(500, 64), seed=1)) for t in ("sst2", "rte")}
     variants = [("eager, widths as long as the longest row (the eager default)", {"pad_multiple": 1}),
                 ("eager, widths to multiples of 8", {"pad_multiple": 8})]
@@ -238,19 +299,24 @@ def part_optimisations(b: Bench, report: list[str]) -> None:
     variants += compiled if b.cuda else [(name, None) for name, _ in compiled]
     for name, hp in variants:
         if hp is None:
-            report.append(f"| {name} | {NA} | {NA} |")
+            b.rec.put("optimisations", "train_seq_s", name, None)
+            b.rec.lines(f"| {name} | {NA} | {NA} |")
             continue
         cells = []
         for task, (train, val) in sets.items():
-            m = b.ours(task, train, val, epochs=1, **hp)
-            cells.append(f"{len(train) / m['train_s']:,.0f}")
-        report.append(f"| {name} | {' | '.join(cells)} |")
-    report += ["", "| evaluation (bf16 on CUDA, length-sorted) | SST-2 dev-like seq/s | RTE dev-like seq/s |",
-               "|---|---|---|"]
+            rate = len(train) / b.ours(task, train, val, epochs=1, **hp)["train_s"]
+            b.rec.put("optimisations", "train_seq_s", name, task, rate)
+            cells.append(f"{rate:,.0f}")
+        b.rec.lines(f"| {name} | {' | '.join(cells)} |")
+    b.rec.lines("", "| evaluation (bf16 on CUDA, length-sorted) | SST-2 dev-like seq/s | RTE dev-like seq/s |",
+                "|---|---|---|")
     for batch in (128, 512):
-        rates = [b.eval_rate(t, b.split(t, b.n(5_000, 256), seed=2), batch) for t in ("sst2", "rte")]
-        report.append(f"| eval batch {batch} | {rates[0]:,.0f} | {rates[1]:,.0f} |")
-    report.append("")
+        rates = []
+        for task in ("sst2", "rte"):
+            rates.append(b.eval_rate(task, b.split(task, b.n(5_000, 256), seed=2), batch))
+            b.rec.put("optimisations", "eval_seq_s", f"batch {batch}", task, rates[-1])
+        b.rec.lines(f"| eval batch {batch} | {rates[0]:,.0f} | {rates[1]:,.0f} |")
+    b.rec.lines("")
 
 
 def time_phases(b: Bench, task: str, train_rows: int, dev_rows: int, epochs: int, train_rate: float) -> dict:
@@ -264,7 +330,9 @@ def time_phases(b: Bench, task: str, train_rows: int, dev_rows: int, epochs: int
     start = time.perf_counter()
     code = ("import torch, bertology.steps.finetune, bertology.train.loop; "
             "torch.cuda.init() if torch.cuda.is_available() else None")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    done = run_child([sys.executable, "-c", code], HERE.parent, b.rec.remaining())
+    if done.returncode:
+        raise RuntimeError(f"a fresh interpreter importing the finetune step failed: {done.stderr.strip()[-500:]}")
     phases["process start"] = time.perf_counter() - start
     data = b.root / f"data-{task}"
     data.mkdir(exist_ok=True)
@@ -307,63 +375,79 @@ def time_phases(b: Bench, task: str, train_rows: int, dev_rows: int, epochs: int
     return phases
 
 
-def part_overhead(b: Bench, report: list[str], rates: dict[str, float]) -> dict[str, float]:
+def part_overhead(b: Bench) -> None:
     runs = {"RTE-sized": ("rte", b.n(2_490, 256), b.n(277, 64)), "SST-2-sized": ("sst2", b.n(67_349, 1_024), b.n(872, 128))}
-    measured = {name: time_phases(b, task, rows, dev, 3, rates[task]) for name, (task, rows, dev) in runs.items()}
-    names = list(next(iter(measured.values())))
-    report += ["## Per-run overhead by phase (seconds, one run at a time, 3 epochs)", "",
-               f"| phase | {' | '.join(measured)} |", "|---|" + "---|" * len(measured)]
-    for phase in names:
-        report.append(f"| {phase} | " + " | ".join(f"{m[phase]:.2f}" for m in measured.values()) + " |")
-    shares = []
-    for m in measured.values():
-        overhead = sum(v for k, v in m.items() if k != "training")
-        shares.append(f"{overhead:.1f} s, {overhead / (overhead + m['training']):.1%} of the run")
-    report += [f"| **overhead** | {' | '.join(shares)} |", "",
-               ("Training time is the measured training throughput on the task's lengths times the run's size; "
-               "the overhead share is the GPU's idle (or not training) share of the run's GPU time."), ""]
-    fixed = next(iter(measured.values()))
-    return {k: v for k, v in fixed.items() if k not in ("training", "evaluation", "tokenized data", "resume states")}
+    b.rec.lines("## Per-run overhead by phase (seconds, one run at a time, 3 epochs)", "",
+                ("| run | process start | loading | tokenized data | evaluation | resume states | saving | publishing "
+                 "| training | **overhead** |"),
+                "|---|" + "---|" * 9)
+    for name, (task, rows, dev) in runs.items():
+        phases = time_phases(b, task, rows, dev, 3, b.train_rate(task))
+        overhead = sum(v for k, v in phases.items() if k != "training")
+        share = overhead / (overhead + phases["training"])
+        b.rec.put("overhead", name, {"task": task, "train_rows": rows, "dev_rows": dev, "epochs": 3,
+                                     "phases_s": phases, "overhead_s": overhead, "share": share,
+                                     "snapshot_s": b.snapshot_s})
+        b.rec.lines(f"| {name} ({rows:,} rows) | " + " | ".join(f"{v:.2f}" for v in phases.values())
+                    + f" | {overhead:.1f} s, {share:.1%} of the run |")
+    b.rec.lines("", ("Training time is the measured training throughput on the task's lengths times the run's "
+                     "size; the overhead share is the GPU's idle (or not training) share of the run's GPU time."), "")
 
 
-def part_sweep(b: Bench, report: list[str], fixed: dict[str, float]) -> None:
-    report += ["## A GLUE sweep: one model, one seed, nine tasks, 3 epochs (estimate from measured rates)", "",
-               "| task | train size | seq/s (measured on its lengths) | training min | eval + overhead min |",
-               "|---|---|---|---|---|"]
+def part_sweep(b: Bench) -> None:
+    measured = b.rec.figures.get("overhead", {}).get("RTE-sized")
+    per_run = {"process start", "loading", "saving", "publishing"}  # the same for any run size
+    fixed = {k: v for k, v in measured["phases_s"].items() if k in per_run} if measured else {}
+    b.rec.lines("## A GLUE sweep: one model, one seed, nine tasks, 3 epochs (estimate from measured rates)", "",
+                "| task | train size | seq/s (measured on its lengths) | training min | eval + overhead min |",
+                "|---|---|---|---|---|")
     total = 0.0
     for task in GLUE:
         info = LENGTHS["tasks"][task]
         train, val = b.split(task, b.n(6_400, 128)), b.split(task, b.n(500, 64), seed=1)
-        m = b.ours(task, train, val, epochs=1)
-        rate = len(train) / m["train_s"]
+        rate = len(train) / b.ours(task, train, val, epochs=1)["train_s"]
         eval_rate = b.eval_rate(task, b.split(task, b.n(2_000, 128), seed=2), b.hp.eval_batch_size)
         train_min = info["train_size"] * 3 / rate / 60
         steps = math.ceil(info["train_size"] / b.hp.batch_size) * 3
         other_min = (DEV_SIZES[task] * 3 / eval_rate + sum(fixed.values())
                      + steps // b.hp.checkpoint_every * b.snapshot_s) / 60
         total += train_min + other_min
-        report.append(f"| {task} | {info['train_size']:,} | {rate:,.0f} | {train_min:.1f} | {other_min:.1f} |")
-    report += [f"| **total** | | | | **{total:.1f} min** ({total / 60:.2f} hours on this device) |", "",
-               ("MNLI and QQP use QNLI's length histogram (assumed; no MNLI/QQP files here): "
-               "bench/glue_lengths.json."), ""]
+        b.rec.put("sweep", "tasks", task, {"train_size": info["train_size"], "seq_s": rate, "eval_seq_s": eval_rate,
+                                           "train_min": train_min, "other_min": other_min})
+        b.rec.lines(f"| {task} | {info['train_size']:,} | {rate:,.0f} | {train_min:.1f} | {other_min:.1f} |")
+    b.rec.put("sweep", "total_min", total)
+    b.rec.put("sweep", "train_sequences", 3 * sum(LENGTHS["tasks"][t]["train_size"] for t in GLUE))
+    b.rec.put("sweep", "with_measured_overheads", bool(fixed))
+    b.rec.lines(f"| **total** | | | | **{total:.1f} min** ({total / 60:.2f} hours on this device) |", "",
+                ("MNLI and QQP use QNLI's length histogram (assumed; no MNLI/QQP files here): "
+                 "bench/glue_lengths.json.")
+                + ("" if fixed else " The overhead part did not finish: per-run overheads are not counted."), "")
 
 
-def part_concurrency(b: Bench, report: list[str], ks: tuple[int, ...]) -> None:
+def part_concurrency(b: Bench, ks: tuple[int, ...]) -> None:
+    """The finetune step (`python -m jobs.finetune`, scoring and analysis included) on bundles of runs, K at
+    a time. On CPU a reduced version: the RTE-sized bundle only, of 2 runs (K > 1 still starts processes)."""
     from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Regime, RunSpec, canonical_json
     from bertology.steps.common import checkpoint_key, dataset_key
     from bertology.store import LocalStore
 
-    report += ["## Runs side by side on one device (the finetune step on a bundle of 4, `gpu_concurrency` K)", "",
-               "| bundle | K | wall s | aggregate training seq/s |", "|---|---|---|---|"]
+    runs = 4 if b.cuda else 2
+    b.rec.lines(f"## Runs side by side on one device (the finetune step on a bundle of {runs}, `gpu_concurrency` K)",
+                "", "| bundle | K | wall s | aggregate training seq/s | speed-up over K = 1 | non-training share |",
+                "|---|---|---|---|---|---|")
     checkpoint = CheckpointSpec("tiny:bert")  # the key only: the bench's model is stored under it
     sizes = {"RTE-sized, 3 epochs": ("rte", b.n(2_490, 128), b.n(277, 32), 3),
-             "SST-2-sized, 1 epoch": ("sst2", b.n(67_349, 256), b.n(872, 64), 1)}
+             "SST-2 quarter, 1 epoch": ("sst2", b.n(67_349 // 4, 256), b.n(872, 64), 1)}
     for name, (task, rows, dev, epochs) in sizes.items():
+        if not b.cuda and task != "rte":
+            b.rec.lines(f"| {name} | | {NA} | | | |")
+            continue
         dataset = DatasetSpec(task, "synthetic", "tiny:bert", 128, count=rows)
         regime = Regime(lr=b.hp.lr, batch_size=b.hp.batch_size, epochs=epochs, warmup_ratio=b.hp.warmup_ratio,
                         weight_decay=b.hp.weight_decay)
         cells = [Cell("bench-gpu", "pre-trained", "tiny:bert", RunSpec(checkpoint, dataset, regime, seed))
-                 for seed in (1, 2, 3, 4)]
+                 for seed in range(1, runs + 1)]
+        training_s = rows * epochs / b.train_rate(task)  # one run's training at the measured rate
         for k in ks:
             store = LocalStore(b.root / f"conc-{task}-{k}")
             with store.artifact(checkpoint_key(checkpoint.id)) as out:
@@ -374,29 +458,131 @@ def part_concurrency(b: Bench, report: list[str], ks: tuple[int, ...]) -> None:
             argv = [sys.executable, "-m", "jobs.finetune", "--store", str(store.root), "--spec",
                     canonical_json(cells), "--param", f"gpu_concurrency={k}"]
             start = time.perf_counter()
-            done = subprocess.run(argv, cwd=HERE.parent, capture_output=True, text=True, check=False)
+            done = run_child(argv, HERE.parent, b.rec.remaining())
             wall = time.perf_counter() - start
             if done.returncode:
-                report.append(f"| {name} | {k} | failed (exit {done.returncode}): "
-                              f"{done.stderr.strip().splitlines()[-1:]} | |")
-                continue
-            report.append(f"| {name} | {k} | {wall:.1f} | {len(cells) * rows * epochs / wall:,.0f} |")
+                raise RuntimeError(f"{name}, K = {k}: the finetune step exited {done.returncode}: "
+                                   f"{done.stderr.strip()[-1000:]}")
+            rate = len(cells) * rows * epochs / wall
+            one = _get(b.rec.figures, "concurrency", name, "1", "seq_s")
+            speedup = 1.0 if k == 1 else (rate / one if one else None)
+            # At K = 1 the runs take turns: all but training is the step's per-run overhead (its process start
+            # shared by the bundle; loading, evaluation, scoring, weight distances and saving each run's own).
+            share = 1 - training_s * len(cells) / wall if k == 1 else None
+            b.rec.put("concurrency", name, str(k), {"task": task, "runs": len(cells), "rows": rows, "epochs": epochs,
+                                                    "wall_s": wall, "seq_s": rate, "speedup": speedup,
+                                                    "run_training_s": training_s, "non_training_share": share})
+            b.rec.lines(f"| {name} ({rows:,} rows each) | {k} | {wall:.1f} | {rate:,.0f} | "
+                        f"{'' if speedup is None else f'{speedup:.2f}x'} | {'' if share is None else f'{share:.1%}'} |")
             shutil.rmtree(store.root, ignore_errors=True)
-    report.append("")
+    b.rec.lines("", ("Non-training share (K = 1): 1 - the runs' training time at the ours part's measured rate / the "
+                     "bundle's wall time: the per-run overhead of the real step, scoring and weight distances "
+                     "included, with one process start shared by the bundle."), "")
 
 
-def main() -> None:
+# -- the targets (issue 21) ----------------------------------------------------------------------------
+def _get(figures: dict, *path):
+    for key in path:
+        if not isinstance(figures, dict) or key not in figures:
+            return None
+        figures = figures[key]
+    return figures
+
+
+def targets(figures: dict) -> list[dict]:
+    """Each target with its measured value (None: not measured) and whether it is met (None on CPU:
+    the targets are for BERT-base on an H100, a CPU run's figures say nothing about them)."""
+    cuda = figures["meta"].get("cuda", False)
+    rows = [("BERT-base training seq/s at fixed length 128", "seq/s", _get(figures, "ours", FIXED, "ours", "seq_s"),
+             ">=", 3000),
+            ("ours / HF Trainer at fixed length 128, same batches", "x",
+             _get(figures, "ours", FIXED, "ours_over_trainer"), ">=", 2.0)]
+    rows += [(f"ours / HF Trainer on {t} lengths", "x", _get(figures, "ours", t, "ours_over_trainer"), ">=", 2.0)
+             for t in ("sst2", "qnli", "rte")]
+    rows += [("per-run overhead share of an RTE-sized run (3 epochs)", "share",
+              _get(figures, "overhead", "RTE-sized", "share"), "<", 0.10),
+             ("the same, through the finetune step (K = 1, a bundle's non-training share)", "share",
+              _get(figures, "concurrency", "RTE-sized, 3 epochs", "1", "non_training_share"), "<", 0.10),
+             ("GLUE sweep estimate (9 tasks, 3 epochs, one seed)", "min", _get(figures, "sweep", "total_min"), "<", 15.0)]
+    for bundle in (figures.get("concurrency") or {}):
+        for k in ("2", "4"):
+            rows.append((f"{bundle}: aggregate speed-up of K = {k} over K = 1", "x",
+                         _get(figures, "concurrency", bundle, k, "speedup"), "report", None))
+    out = []
+    for name, unit, value, op, goal in rows:
+        met = None
+        if cuda and value is not None and goal is not None:
+            met = value >= goal if op == ">=" else value < goal
+        out.append({"target": name, "unit": unit, "measured": value, "op": op, "goal": goal, "met": met})
+    return out
+
+
+def _shown(value: float, unit: str) -> str:
+    return {"seq/s": f"{value:,.0f} seq/s", "x": f"{value:.2f}x", "share": f"{value:.1%}", "min": f"{value:.1f} min"}[unit]
+
+
+def render_targets(figures: dict) -> list[str]:
+    """The report's last section, recomputed from the figures at every save."""
+    figures["targets"] = targets(figures)
+    lines = ["## Targets (issue 21)", ""]
+    if not figures["meta"].get("cuda", False):
+        lines += ["CPU run: the targets are for BERT-base on an H100; these CPU figures neither meet nor miss them.", ""]
+    lines += ["| target | goal | measured | met |", "|---|---|---|---|"]
+    for t in figures["targets"]:
+        shown = "not measured" if t["measured"] is None else _shown(t["measured"], t["unit"])
+        goal = "(reported)" if t["goal"] is None else f"{t['op']} {_shown(t['goal'], t['unit'])}"
+        met = {True: "yes", False: "**no**", None: ""}[t["met"]]
+        lines.append(f"| {t['target']} | {goal} | {shown} | {met} |")
+    status = ", ".join(f"{name}: {p['status']}" for name, p in figures["parts"].items())
+    return lines + ["", f"Parts: {status or 'none started'}. Elapsed {figures['meta'].get('elapsed_s', 0):.0f} s."]
+
+
+# -- the command ----------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {', '.join(PARTS)}")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every data size (e.g. 0.25 for a quick look)")
     p.add_argument("--device", default=None, help="cpu | cuda (default: cuda when there is one)")
     p.add_argument("--concurrency", default=None, help="the K values of the side-by-side part (default: 1,2,4; "
                    "1,2 on CPU)")
-    a = p.parse_args()
-    parts = [x for x in a.parts.split(",") if x]
-    bad = sorted(set(parts) - set(PARTS))
-    if bad:
-        raise SystemExit(f"--parts: unknown part {bad[0]!r} (allowed: {', '.join(PARTS)})")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="seconds from this process's start until it stops measuring: the part running at the "
+                   "deadline is stopped, the rest skipped (default: no limit)")
+    p.add_argument("--out", type=Path, default=None, help="a folder for report.md and figures.json, rewritten "
+                   "after every measurement (default: print the report only)")
+    a = p.parse_args(argv)
+
+    def bad(message: str):
+        print(f"bench/gpu.py: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+    a.parts = [x for x in a.parts.split(",") if x]
+    unknown = sorted(set(a.parts) - set(PARTS))
+    if unknown or not a.parts:
+        bad(f"--parts: unknown part {unknown[0] if unknown else ''!r} (allowed: {', '.join(PARTS)})")
+    if not (math.isfinite(a.scale) and a.scale > 0):
+        bad(f"--scale must be a number > 0, got {a.scale!r}")
+    if a.device not in (None, "cpu", "cuda"):
+        bad(f"--device must be cpu or cuda, got {a.device!r}")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        bad("--device cuda: torch sees no CUDA device here")
+    try:
+        a.ks = tuple(int(k) for k in (a.concurrency or "1").split(","))
+    except ValueError:
+        a.ks = ()
+    if not a.ks or min(a.ks) < 1:
+        bad(f"--concurrency must be comma-separated integers >= 1, got {a.concurrency!r}")
+    if a.budget_s is not None and not (math.isfinite(a.budget_s) and a.budget_s >= 0):
+        bad(f"--budget-s must be a number of seconds >= 0, got {a.budget_s!r}")
+    if a.out is not None and not a.out.is_dir():
+        bad(f"--out must be an existing folder, got {str(a.out)!r}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    rec = Record(a.out, a.budget_s, render_targets, start=STARTED)
+    raise_on_sigterm()
     logging.disable(logging.WARNING)
     from bertology.steps.harness import quiet_libraries
 
@@ -404,49 +590,44 @@ def main() -> None:
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cpu":
         torch.set_num_threads(1)  # a 32-wide model gains nothing from threads; steadier on a shared machine
+    ks = a.ks if a.concurrency else ((1, 2, 4) if device.type == "cuda" else (1, 2))
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
         root = Path(tmp)
         path = make_model(root, device.type == "cuda")
         b = Bench(device, root, path, matmul_params(path), a.scale,
-                  Hyper(lr=2e-5, batch_size=32, epochs=1, warmup_ratio=0.1, weight_decay=0.01, eval_batch_size=128))
-        what = (f"{torch.cuda.get_device_name(device)}, bf16 autocast" if b.cuda
-                else "CPU (1 thread), fp32, a tiny BERT: CPU figures, not GPU figures")
+                  Hyper(lr=2e-5, batch_size=32, epochs=1, warmup_ratio=0.1, weight_decay=0.01, eval_batch_size=128),
+                  rec)
+        name = torch.cuda.get_device_name(device) if b.cuda else f"CPU ({platform.processor() or platform.machine()})"
+        what = f"{name}, bf16 autocast" if b.cuda else "CPU (1 thread), fp32, a tiny BERT: CPU figures, not GPU figures"
         peak = peak_flops(device)
-        report = [f"# bench/gpu.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-                  (f"Device: {what}. Model: {'BERT-base (BertConfig(), random weights)' if b.cuda else 'models.tiny_bert'}, "
-                  f"{b.params:,} non-embedding parameters; batch 32, max length 128, SDPA; torch {torch.__version__}. "
-                  f"Peak for MFU: {f'{peak / 1e12:.0f} TFLOP/s bf16 dense' if peak else 'n/a'}."), ""]
-        rates: dict[str, float] = {}
-        fixed: dict[str, float] = {}
-        printed = 0
-
-        def emit() -> None:  # each part as soon as it is measured: a long GPU run shows progress
-            nonlocal printed
-            print("\n".join(report[printed:]), flush=True)
-            printed = len(report)
-
-        emit()
-        if "ours" in parts:
-            rates = part_ours(b, report)
-            emit()
-        if "optimisations" in parts:
-            part_optimisations(b, report)
-            emit()
-        if "overhead" in parts or "sweep" in parts:
-            for task in ("sst2", "rte"):
-                if task not in rates:
-                    train = b.split(task, b.n(6_400, 192))
-                    rates[task] = len(train) / b.ours(task, train, b.split(task, 64, seed=1))["train_s"]
-            fixed = part_overhead(b, report, rates)
-            emit()
-        if "sweep" in parts:
-            part_sweep(b, report, fixed)
-            emit()
-        if "concurrency" in parts:
-            ks = a.concurrency or ("1,2,4" if b.cuda else "1,2")
-            part_concurrency(b, report, tuple(int(k) for k in ks.split(",")))
-            emit()
+        model = "BERT-base (BertConfig(), random weights)" if b.cuda else "models.tiny_bert"
+        rec.figures["meta"] = {
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "device": name, "cuda": b.cuda,
+            "cuda_version": torch.version.cuda, "python": platform.python_version(),
+            "versions": {d: version(d) for d in VERSIONS}, "model": model, "non_embedding_params": b.params,
+            "peak_bf16_flops": peak, "hyper": {"batch_size": 32, "max_length": 128, "lr": 2e-5, "eval_batch_size": 128},
+            "args": {"parts": a.parts, "scale": a.scale, "concurrency": list(ks), "budget_s": a.budget_s}}
+        if b.cuda:
+            rec.figures["meta"]["gpu_memory_gib"] = torch.cuda.get_device_properties(device).total_memory / 2**30
+        rec.lines(f"# bench/gpu.py, {rec.figures['meta']['date']}", "",
+                  (f"Device: {what}. Model: {model}, {b.params:,} non-embedding parameters; batch 32, max length "
+                   f"128, SDPA; torch {torch.__version__}, transformers {version('transformers')}. "
+                   f"Peak for MFU: {f'{peak / 1e12:.0f} TFLOP/s bf16 dense' if peak else 'n/a'}."
+                   + (f" Time budget: {a.budget_s:g} s." if a.budget_s is not None else "")), "")
+        run = {"ours": lambda: part_ours(b), "overhead": lambda: part_overhead(b), "sweep": lambda: part_sweep(b),
+               "concurrency": lambda: part_concurrency(b, ks), "optimisations": lambda: part_optimisations(b)}
+        for part in PARTS:
+            if part in a.parts:
+                with rec.part(part) as go:
+                    if go:
+                        run[part]()
+        rec.save()
+    failed = [name for name, p in rec.figures["parts"].items() if p["status"].startswith("failed")]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        sys.exit(main())
+    except Terminated:
+        sys.exit(143)

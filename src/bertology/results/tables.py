@@ -9,13 +9,16 @@ read directly. Publishing is idempotent, so a cached step still publishes for a 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-import polars as pl
 import pyarrow as pa
 
 from bertology.errors import BadInput
 from bertology.spec import Cell
 from bertology.store import Store, open_store
+
+if TYPE_CHECKING:  # the readers import Polars when called: the finetune step writes with pyarrow alone
+    import polars as pl
 
 SCHEMA_VERSION = 4  # 2: `intermediate` label, predictions' `text`, activation_distance; 3: model_profile;
 # 4: curves' `kind` (the training-loss series beside the evaluation points)
@@ -128,6 +131,8 @@ def scan(store_uri: str, table: str, study: str | None = None) -> pl.LazyFrame:
                        f"(studies there: {', '.join(studies)})")
     pattern = store.url(f"results/{table}") + (f"/study={study}/*.parquet" if study else "/**/*.parquet")
     pattern = pattern.removeprefix("file://")
+    import polars as pl
+
     # `study` is a column of every file as well as the partition key, so the files are the source of truth.
     return pl.scan_parquet(pattern, hive_partitioning=False, storage_options=_storage_options(pattern))
 
@@ -138,6 +143,8 @@ def scan_keys(store: Store, keys: list[str]) -> pl.LazyFrame:
     The first file's columns are the frame's: a column another file lacks is null there (older results),
     one only another file has is left out.
     """
+    import polars as pl
+
     paths = [store.url(k).removeprefix("file://") for k in keys]
     return pl.scan_parquet(paths, hive_partitioning=False, storage_options=_storage_options(paths[0]),
                            missing_columns="insert", extra_columns="ignore")
