@@ -43,7 +43,8 @@ test: lint $(CHROMIUM)
 
 ## lint: ruff; strict validation of every Argo YAML; the Helm chart (helm lint, then its rendered output:
 ## built-in kinds by kubernetes-validate, Argo kinds by bertology validate, the studies against the
-## rendered step library); hadolint on every Dockerfile
+## rendered library); hadolint on every Dockerfile; the docs site (mkdocs build --strict: a broken link or
+## anchor, or a page missing from the nav, fails it)
 lint: $(STAMP) $(K8S_TOOLS)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/bertology validate workflows/*.yaml workflows/templates/*.yaml
@@ -57,6 +58,7 @@ lint: $(STAMP) $(K8S_TOOLS)
 	  test -z "$$out" || { echo "$$out"; exit 1; }
 	$(VENV)/bin/bertology validate --templates $(CHART_OUT)/argo $(CHART_OUT)/argo/chart.yaml workflows/*.yaml
 	$(VENV)/bin/hadolint images/*/Dockerfile
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 # Splits rendered manifests (file argv[1]) by API group: Argo's documents to argv[2], the rest to argv[3].
 define SPLIT_MANIFESTS
