@@ -202,7 +202,7 @@ def test_cluster_commands_render_and_validate(tmp_path):
                                   capture_output=True, text=True, check=False)
             assert done.returncode == 0, f"{page.name}: {command}: {done.stdout}{done.stderr}"
             declared = {p["name"] for f in files for d in yaml.safe_load_all(f.read_text()) if d
-                        for p in (d.get("spec", {}).get("arguments") or {}).get("parameters", [])}
+                        for p in study_pages.parameters(d)[0]}
             for name in (argv[i + 1].split("=", 1)[0] for i, a in enumerate(argv) if a == "-p"):
                 assert name in declared, f"{page.name}: {command}: -p {name} is not a parameter"
         else:
@@ -211,7 +211,13 @@ def test_cluster_commands_render_and_validate(tmp_path):
 
 
 def _files(argv: list[str]) -> list[Path]:
-    """The files an `argo submit FILE` or `kubectl apply -f PATH` names (a directory: its YAML files)."""
+    """The files an `argo submit FILE`, `argo submit --from cronwf/NAME` or `kubectl apply -f PATH` names (a
+    directory: its YAML files; a CronWorkflow: the file that defines it)."""
+    if "--from" in argv:
+        kind, _, name = argv[argv.index("--from") + 1].partition("/")
+        assert kind == "cronwf", argv
+        return [next(f for f in sorted((REPO / "workflows").glob("*.yaml"))
+                     if (yaml.safe_load(f.read_text())["metadata"] or {}).get("name") == name)]
     given = argv[argv.index("-f") + 1] if "-f" in argv else next(a for a in argv[2:] if a.endswith(".yaml"))
     path = REPO / given
     return sorted(path.glob("*.yaml")) if path.is_dir() else [path]

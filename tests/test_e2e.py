@@ -79,7 +79,7 @@ def _pods_get_only_plain_tokens_from_items(stdout: str) -> None:
 
 def _report_renders_in_a_browser(browser, report: Path) -> None:
     """In headless Chromium (tests/conftest.py's `browser`; None with BERTOLOGY_NO_BROWSER=1): the page
-    loads with no console error and every <svg> of the file is laid out at a non-zero size. README: "one
+    loads with no console error and every <svg> of the file is laid out at a non-zero size. docs/reports.md: "one
     self-contained page (tables, plots as inline SVG, no scripts, nothing fetched)"."""
     if browser is None:
         return
