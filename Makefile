@@ -50,6 +50,8 @@ test: lint $(CHROMIUM)
 ## built-in kinds by kubernetes-validate, Argo kinds by bertology validate, the studies against the
 ## rendered step library); the pods Argo makes of every template against the "restricted" Pod Security
 ## Standard, and checkov over them and the chart (.checkov.yaml says why each skipped check is); hadolint
+## on every Dockerfile; the docs site (mkdocs build --strict: a broken link or anchor, or a page missing
+## from the nav, fails it)
 lint: $(STAMP) $(K8S_TOOLS) $(CHECKOV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/bertology validate workflows/*.yaml workflows/templates/*.yaml
@@ -67,6 +69,7 @@ lint: $(STAMP) $(K8S_TOOLS) $(CHECKOV_STAMP)
 	cp $(CHART_OUT)/kubernetes.yaml $(CHART_OUT)/checkov/  # one directory: checkov links the NetworkPolicy to the pods
 	$(CHECKOV_VENV)/bin/checkov --config-file .checkov.yaml -d $(CHART_OUT)/checkov
 	$(VENV)/bin/hadolint images/*/Dockerfile
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 # Splits rendered manifests (file argv[1]) by API group: Argo's documents to argv[2], the rest to argv[3].
 define SPLIT_MANIFESTS

@@ -19,7 +19,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session", autouse=True)
 def two_pods_at_once():
-    """Every `bertology run` a test starts runs two pods at a time (the README's setting for a 2-core
+    """Every `bertology run` a test starts runs two pods at a time (docs/runner.md's setting for a 2-core
     machine), each step on one intra-op thread: a tiny study takes 19 s instead of 29 s, and no OpenMP
     threads oversubscribe the cores. The runner's own tests set their limits explicitly."""
     saved = {k: os.environ.get(k) for k in ("BERTOLOGY_PARALLELISM", "BERTOLOGY_SEMAPHORES", "OMP_NUM_THREADS")}

@@ -1,9 +1,9 @@
 """A catalogue of the bad inputs real users give, one row each: study parameters, the workflow YAML, store
 URIs, checkpoints, data files and the command line.
 
-Every row must end with the contract of README "Bad input": exit 2, exactly one line on stderr naming the
-bad value and what is allowed, before any training step, and nothing written to the store (nor a stray
-./.bertology). Rows run through the code path a user reaches:
+Every row must end with the contract of docs/getting-started.md, "Exit codes and bad input": exit 2, exactly
+one line on stderr naming the bad value and what is allowed, before any training step, and nothing written
+to the store (nor a stray ./.bertology). Rows run through the code path a user reaches:
 - `plan` rows call the plan step's entry in-process (harness.main, what the plan pod runs), with the
   parameters the Workflow passes it: the study YAML's own values, the user's, and `explicit` (the names
   the user set, as `bertology run` fills it in);

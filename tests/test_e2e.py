@@ -17,7 +17,10 @@ import pytest
 import yaml
 
 from bertology.results import SCHEMA_VERSION, scan
+from bertology.results.paper_comparison import paper_numbers
+from bertology.results.summary import study_result
 from bertology.spec import Cell
+from bertology.store import open_store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,7 +79,7 @@ def _pods_get_only_plain_tokens_from_items(stdout: str) -> None:
 
 def _report_renders_in_a_browser(browser, report: Path) -> None:
     """In headless Chromium (tests/conftest.py's `browser`; None with BERTOLOGY_NO_BROWSER=1): the page
-    loads with no console error and every <svg> of the file is laid out at a non-zero size. README: "one
+    loads with no console error and every <svg> of the file is laid out at a non-zero size. docs/reports.md: "one
     self-contained page (tables, plots as inline SVG, no scripts, nothing fetched)"."""
     if browser is None:
         return
@@ -84,6 +87,19 @@ def _report_renders_in_a_browser(browser, report: Path) -> None:
     assert page.problems == [], page.problems
     assert page.requests == []  # nothing fetched
     assert len(page.svgs) == report.read_text().count("<svg")  # the browser parsed every plot
+
+
+def _prints_its_result(store: Path, study: str, study_id: str, stdout: str) -> None:
+    """`bertology run` ends with the study's result (bertology.results.summary, from the tables aggregate
+    wrote): a table (the main one, or vocab-overlap's vocabulary table), the report's orderings for a study of
+    one of the reports, and last the report's path."""
+    lines = study_result(open_store(str(store)), study, study_id)
+    printed = stdout.splitlines()
+    assert printed[-1] == f"report: {store / 'studies' / study / study_id / 'report.html'}"
+    assert printed[-1 - len(lines):-1] == lines
+    assert any(line.startswith("|---") for line in lines)  # a table
+    assert any(line.startswith("the report vs this run: ") for line in lines) == (
+        not paper_numbers(study).is_empty())  # a study with a table of its report's numbers
 
 
 def _report_shows_no_placeholders(text: str) -> None:
@@ -141,6 +157,7 @@ def _check_study(workflow: Path, store: Path, done: subprocess.CompletedProcess,
     (plan_file,) = (store / "studies" / params["study"]).glob("*/plan.json")
     plan = json.loads(plan_file.read_text())
     assert (plan_file.parent / "report.md").exists() and (plan_file.parent / "report.html").exists()
+    _prints_its_result(store, params["study"], plan["study_id"], done.stdout)
     _report_shows_no_placeholders((plan_file.parent / "report.md").read_text())
     _report_renders_in_a_browser(browser, plan_file.parent / "report.html")
     if not plan["cells"]:  # vocab-overlap: tokenizers only, one vocabulary row per (stand-in) model
@@ -212,10 +229,11 @@ def test_reversed_layers_tiny_results_and_rerun(tmp_path, subprocess_env, browse
                             "preset=tiny", "--store", str(store)], check=False, cwd=REPO, env=subprocess_env,
                            capture_output=True, text=True, timeout=900)
     assert quiet.returncode == 0, quiet.stderr[-3000:]
-    assert "| model |" not in quiet.stdout and "[plan]" not in quiet.stdout
+    assert "[plan]" not in quiet.stdout and "[aggregate]" not in quiet.stdout
     assert "cells 0/0" in quiet.stdout  # nothing left to run
     report = Path(quiet.stdout.strip().splitlines()[-1].removeprefix("report: "))
     assert report.name == "report.html" and report.is_file() and report.is_relative_to(store / "studies")
+    _prints_its_result(store, "reversed-layers", report.parent.name, quiet.stdout)  # the table, then the path
     workdir = Path(quiet.stdout.split("step logs in ", 1)[1].split(")", 1)[0])
     assert "| model | task | split | metric | pre-trained | reversed | clean |" in (
         workdir / "aggregate" / "log.txt").read_text()

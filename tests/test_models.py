@@ -200,8 +200,9 @@ def test_hub_ids_go_straight_to_from_pretrained_without_remote_code(monkeypatch)
 
 
 def test_hub_failures_become_bad_input_or_transient(monkeypatch):
-    """README "Bad input": the hub said no (missing or gated repo, missing file), or offline mode forbids
-    the download -> bad input; the hub could not be reached (and nothing is cached) -> transient."""
+    """docs/getting-started.md, "Exit codes and bad input": the hub said no (missing or gated repo, missing
+    file), or offline mode forbids the download -> bad input; the hub could not be reached (and nothing is
+    cached) -> transient."""
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,

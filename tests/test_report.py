@@ -1,6 +1,6 @@
 """The study report end to end on a small synthetic study in a file:// store: every section and plot kind,
 a self-contained and byte-identical HTML page, the `bertology report` command and its errors, and the
-three notebook readers the README shows (Polars, DuckDB, pandas) agreeing on the same rows."""
+notebook readers the README and the docs show (Polars, DuckDB, pandas) agreeing on the same rows."""
 
 from __future__ import annotations
 
@@ -269,7 +269,7 @@ def test_report_command_on_an_empty_store(tmp_path, capsys):
 
 
 def test_polars_duckdb_and_pandas_read_the_same_rows(study):
-    """The README's notebook examples, run: the same `runs` rows through each reader."""
+    """The notebook examples' readers (README, docs/reports.md): the same `runs` rows through each."""
     root, _, _ = study
     columns = ["run_id", "split", "metric", "value"]
     via_polars = scan(f"file://{root}", "runs", study=STUDY).select(columns).collect()
@@ -285,11 +285,13 @@ def test_polars_duckdb_and_pandas_read_the_same_rows(study):
     assert rows(via_polars) == rows(via_duckdb) == rows(via_pandas)
 
 
-def test_the_readmes_notebook_block_groups_by_split_and_agrees_across_readers(tmp_path, monkeypatch):
-    """The README's notebook block, run as it stands (its store path and study name pointed at a store whose
-    MNLI has two splits): Polars, DuckDB and pandas give the same groups and means, one per split."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = readme.split("gets the same groups and means from all three:\n\n```python\n", 1)[1].split("```", 1)[0]
+@pytest.mark.parametrize("page", ["README.md", "docs/reports.md"])
+def test_the_docs_notebook_blocks_group_by_split_and_agree_across_readers(page, tmp_path, monkeypatch):
+    """The notebook block of the README (Polars, DuckDB) and of the docs' reports page (and pandas), each the
+    ```python block under `<!-- notebook -->`, run as it stands (its store path and study name pointed at a
+    store whose MNLI has two splits): every reader gives the same groups and means, one per split."""
+    text = (Path(__file__).resolve().parent.parent / page).read_text()
+    block = text.split("<!-- notebook -->\n```python\n", 1)[1].split("```", 1)[0]
     store = open_store(str(tmp_path / ".bertology"))
     checkpoint = CheckpointSpec("m")
     for seed, value in ((1, 0.8), (2, 0.6)):
@@ -300,13 +302,14 @@ def test_the_readmes_notebook_block_groups_by_split_and_agrees_across_readers(tm
             for split, shift in (("validation_matched", 0.0), ("validation_mismatched", 0.1))]))
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(compile(block, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
+    exec(compile(block, page, "exec"), scope)  # noqa: S102 - the page's own example
     key = ["variant", "task", "split", "metric"]
     by_polars = scope["by_polars"].sort(key)
-    by_duckdb = scope["by_duckdb"].pl().sort(key)
-    by_pandas = pl.from_pandas(scope["by_pandas"].reset_index().rename(columns={"value": "mean"})).sort(key)
+    others = [scope["by_duckdb"].pl().sort(key)]
+    if page != "README.md":  # the docs page adds pandas
+        others.append(pl.from_pandas(scope["by_pandas"].reset_index().rename(columns={"value": "mean"})).sort(key))
     assert by_polars["split"].to_list() == ["validation_matched", "validation_mismatched"]
     assert by_polars["mean"].to_list() == pytest.approx([0.7, 0.8])  # per split, never their average 0.75
-    for other in (by_duckdb, by_pandas):
+    for other in others:
         assert other.select(key).rows() == by_polars.select(key).rows()
         assert other["mean"].to_list() == pytest.approx(by_polars["mean"].to_list())

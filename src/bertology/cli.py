@@ -218,7 +218,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if report is None:
             print(f"study tables and reports: {store.url('studies/')}")
     if report is not None:
-        print(f"report: {report}", flush=True)
+        from bertology.results.summary import study_result
+
+        name, study_id, location = report
+        for line in study_result(store, name, study_id):  # the main table and the report's orderings
+            print(line)
+        print(f"report: {location}", flush=True)
     return result.exit_code
 
 
@@ -246,8 +251,9 @@ def _stop(signum, frame) -> None:
     raise Stopped(signum)
 
 
-def _report_location(result, store) -> str | None:
-    """Where the aggregate step wrote report.html (the plan's `study` output is NAME:ID), if it did."""
+def _report_location(result, store) -> tuple[str, str, str] | None:
+    """The study (the plan's `study` output is NAME:ID) and where its aggregate step wrote report.html (a path
+    for a local store), if it did."""
     plan = result.nodes.get("plan")
     ref = (plan.outputs if plan else {}).get("study", "")
     name, sep, study_id = ref.partition(":")
@@ -255,7 +261,7 @@ def _report_location(result, store) -> str | None:
     if not sep or not store.exists(key):
         return None
     url = store.url(key)
-    return url.removeprefix("file://") if url.startswith("file://") else url
+    return name, study_id, url.removeprefix("file://") if url.startswith("file://") else url
 
 
 def _dry_run(workflow: Path, params: dict, templates: Path, args: argparse.Namespace,
@@ -453,6 +459,7 @@ def cmd_studies(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Rebuild a study's tables and report from the store (its latest plan unless --id names one)."""
     from bertology.results.study_results import latest_study_id
+    from bertology.results.summary import study_result
     from bertology.steps.aggregate import aggregate
     from bertology.study import check_study_name
 
@@ -464,16 +471,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"study {args.study}: latest plan {study_id} (choose another with --id)")
     written = aggregate(store, args.study, study_id, best_of_runs=args.best_of_runs,
                         out=Path(args.out) if args.out else None, echo=False)
+    for line in study_result(store, args.study, study_id):  # the main table and the report's orderings
+        print(line)
     for location in written:
         if location.endswith(("report.md", "report.html")):
             print(location)
-    orderings = f"studies/{args.study}/{study_id}/tables/paper_orderings.parquet"
-    if store.exists(orderings):  # a study of one of the reports: does it reproduce the report's orderings?
-        import polars as pl
-
-        from bertology.results.paper_comparison import verdict
-
-        print(f"the report vs this run: {verdict(pl.from_arrow(store.read_parquet(orderings)))}")
     return 0
 
 

@@ -1,0 +1,142 @@
+"""The docs site's study pages, generated from the workflows themselves so they cannot drift: one page per
+`workflows/*.yaml`, from its header comment (what it reproduces, which settings come from the report and
+which are assumed, how to run it) and its parameters with their defaults. An MkDocs hook (mkdocs.yml
+`hooks:`): `on_config` lists the pages under the nav's "Studies", `on_files` adds them to the build.
+tests/test_docs.py checks every page against its workflow file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOWS = REPO / "workflows"
+SECTION = "Studies"  # the nav entry whose pages these are
+
+
+def workflow_files() -> list[Path]:
+    return sorted(WORKFLOWS.glob("*.yaml"))
+
+
+def header(text: str) -> list[str]:
+    """The leading comment lines of a YAML file, without `# ` ('' for a bare `#`)."""
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[2:] if line.startswith("# ") else line[1:])
+    return lines
+
+
+def blocks(lines: list[str]) -> list[tuple[str, str]]:
+    """The header as ("text", paragraph) and ("code", commands) blocks: indented lines are commands, a bare
+    `#` ends a paragraph."""
+    out: list[tuple[str, list[str]]] = []
+    for line in lines:
+        kind = "gap" if not line.strip() else "code" if line.startswith("  ") else "text"
+        if out and out[-1][0] == kind and kind != "gap":
+            out[-1][1].append(line.strip())
+        else:
+            out.append((kind, [line.strip()]))
+    return [(kind, (" " if kind == "text" else "\n").join(body)) for kind, body in out if kind != "gap"]
+
+
+def parameters(document: dict) -> tuple[list[dict], str | None]:
+    """The workflow's parameters (a CronWorkflow's are in its workflowSpec), or where it declares none, those
+    of the WorkflowTemplate it references (the nightly's), with that template's name."""
+    spec = _spec(document)
+    own = [p for p in (spec.get("arguments") or {}).get("parameters") or [] if isinstance(p, dict)]
+    name = (spec.get("workflowTemplateRef") or {}).get("name")
+    if own or name is None:
+        return own, None
+    for path in sorted((WORKFLOWS / "templates").glob("*.yaml")):
+        for template in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if isinstance(template, dict) and (template.get("metadata") or {}).get("name") == name:
+                return parameters(template)[0], name
+    return [], name
+
+
+def _spec(document: dict) -> dict:
+    spec = document.get("spec") or {}
+    return spec.get("workflowSpec", spec) if document.get("kind") == "CronWorkflow" else spec
+
+
+def default_text(value) -> str:
+    """A parameter's default as one line: JSON compacted (YAML's folded values keep their line breaks)."""
+    text = " ".join(str(value if value is not None else "").split())
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
+    return json.dumps(parsed, separators=(", ", ": ")) if isinstance(parsed, (list, dict)) else text
+
+
+def default_cell(parameter: dict) -> str:
+    """A parameter's default in the table: its value as code, where a `valueFrom` takes it from, or (empty)."""
+    default = default_text(parameter.get("value", ""))
+    ref = (parameter.get("valueFrom") or {}).get("configMapKeyRef")
+    if default:
+        return _cell(f"`{default}`")
+    return f"from ConfigMap `{ref['name']}`, key `{ref['key']}`" if ref else "(empty)"
+
+
+def escape(text: str) -> str:
+    """Header prose as Markdown shows it: `<store>` and `\\#` stay text, `*` no emphasis; `code` stays code."""
+    return text.replace("\\", "\\\\").replace("<", "&lt;").replace("*", "\\*")
+
+
+def unescape(text: str) -> str:
+    return text.replace("\\*", "*").replace("&lt;", "<").replace("\\\\", "\\")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def page(path: Path) -> str:
+    """The Markdown page of one workflow file."""
+    text = path.read_text(encoding="utf-8")
+    document = next(d for d in yaml.safe_load_all(text) if isinstance(d, dict))
+    note = (f"`workflows/{path.name}` ({document['kind']}). This page is generated from the file's header "
+            "comment and parameters: edit them there.")
+    out = [f"# {path.stem}", "", note, ""]
+    for kind, body in blocks(header(text)):
+        out += ([escape(body), ""] if kind == "text" else ["```bash", body, "```", ""])
+    if document["kind"] == "CronWorkflow":
+        cron = document["spec"]
+        schedule = (f"`{', '.join(cron.get('schedules', []))}` ({cron.get('timezone', 'UTC')}); concurrencyPolicy "
+                    f"{cron.get('concurrencyPolicy', 'Allow')}, suspended: {str(cron.get('suspend', False)).lower()}.")
+        out += ["## Schedule", "", schedule, ""]
+    declared, template = parameters(document)
+    referenced = f"Those of WorkflowTemplate `{template}` (workflows/templates/), which this file references."
+    out += ["## Parameters", "", *([referenced, ""] if template else []),
+            "| parameter | default | description |", "|---|---|---|"]
+    for p in declared:
+        out.append(f"| `{p['name']}` | {default_cell(p)} | "
+                   f"{_cell(escape(p.get('description', '')))} |")
+    return "\n".join(out) + "\n"
+
+
+def nav_entries() -> list[dict]:
+    return [{path.stem: f"studies/{path.stem}.md"} for path in workflow_files()]
+
+
+# -- the MkDocs hook -------------------------------------------------------------------------------------
+
+def on_config(config):
+    """The nav's "Studies" section: its own pages (the overview), then one page per workflow."""
+    for entry in config["nav"] or []:
+        if isinstance(entry, dict) and SECTION in entry:
+            entry[SECTION] = [*(e for e in entry[SECTION] if e not in nav_entries()), *nav_entries()]
+    return config
+
+
+def on_files(files, config):
+    from mkdocs.structure.files import File
+
+    for path in workflow_files():
+        files.append(File.generated(config, f"studies/{path.stem}.md", content=page(path)))
+    return files

