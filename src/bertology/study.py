@@ -114,6 +114,8 @@ PARAMS: dict[str, tuple[str, str]] = {
     # keep every run's fine-tuned weights in the store (~440 MB a run at BERT-base size); by default only a
     # sequential run's intermediate run keeps them (its final runs start from them)
     "keep_weights": ("bool", "false"),
+    # seconds a step's pod may run, by step, over plan's estimate (bertology.steps.timing); {}: the estimate
+    "deadlines": ("json-object", "{}"),
 }
 NOT_EXPLICIT = ("preset", "explicit")  # what `explicit` cannot name
 REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
@@ -151,8 +153,9 @@ class StudySpec:
     gpu_concurrency: int = 1  # a pod's runs fine-tuned at once (separate processes); not part of the id
 
     keep_weights: bool = False  # keep every run's fine-tuned weights (else only intermediate runs keep them)
+    deadlines: dict = dataclasses.field(default_factory=dict)  # step -> seconds, over plan's estimates
 
-    OPERATIONAL = ("bundle", "gpu_concurrency")  # how the work is executed: neither in to_dict nor in ids
+    OPERATIONAL = ("bundle", "gpu_concurrency", "deadlines")  # how the work is executed: neither in to_dict nor in ids
 
     @classmethod
     def from_params(cls, name: str, raw: dict[str, str]) -> tuple[StudySpec, list[str]]:
@@ -200,7 +203,8 @@ class StudySpec:
                    intermediates=tuple(dict.fromkeys(values["intermediates"])),
                    eval_count=values["eval_count"], doc_stride=values["doc_stride"], task_settings=task_settings,
                    not_applied=tuple(p for p in not_applied if p[1] in values["models"]), bundle=values["bundle"],
-                   gpu_concurrency=values["gpu_concurrency"], keep_weights=values["keep_weights"])
+                   gpu_concurrency=values["gpu_concurrency"], keep_weights=values["keep_weights"],
+                   deadlines=values["deadlines"])
         spec._check_shape()
         for variant in spec.variants:
             for task in (None, *spec.task_settings):
@@ -567,6 +571,10 @@ def typed_param(name: str, text: str) -> Any:
                            f"or an integer >= 0 (one fixed draw), got {text!r}")
         return value
     if kind == "task-settings":
+        return value
+    if kind == "json-object":
+        if not isinstance(value, dict):
+            raise BadInput(f"parameter '{name}' must be a JSON object such as {{\"key\": 1}}, got {text!r}")
         return value
     if kind == "sizes":
         return _sizes(value, text)

@@ -10,6 +10,9 @@ Follows, in argoproj/argo-workflows (v3.6 to v4.1):
   ConfigMap locally: `bertology run --semaphore NAME/KEY=N` sets a limit, and an unset one is 1 (this
   machine is one device), said in the run's first lines.
 
+A node still waiting when the Workflow's activeDeadlineSeconds passes gives up its place and fails
+(deadlines.py: operator.go `failNodesWithoutCreatedPodsAfterDeadlineOrShutdown`).
+
 Locally, waiters are served in tree order (depth first: a started cell finishes before the next starts),
 so a run at parallelism 1 is reproducible; Argo orders a lock's waiters by workflow priority, then age.
 """
@@ -18,10 +21,15 @@ from __future__ import annotations
 
 import heapq
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 DEFAULT_SEMAPHORE_LIMIT = 1
+
+
+class DeadlinePassed(Exception):
+    """The Workflow's deadline passed while a node waited for a lock or a parallelism slot."""
 
 
 class OrderedPool:
@@ -52,13 +60,21 @@ class OrderedPool:
                 self._cond.notify_all()
 
     @contextmanager
-    def hold(self, key: tuple[int, ...]) -> Iterator[None]:
+    def hold(self, key: tuple[int, ...], deadline: float | None = None) -> Iterator[None]:
         with self._cond:
             if key in self._reserved:
                 self._reserved.discard(key)
             else:
                 heapq.heappush(self._waiting, key)
-            self._cond.wait_for(lambda: self._free > 0 and self._waiting[0] == key)
+            ready = lambda: self._free > 0 and self._waiting[0] == key
+            while not ready():
+                left = None if deadline is None else deadline - time.time()
+                if left is not None and left <= 0:
+                    self._waiting.remove(key)
+                    heapq.heapify(self._waiting)
+                    self._cond.notify_all()
+                    raise DeadlinePassed(self.name)
+                self._cond.wait(left)
             heapq.heappop(self._waiting)
             self._free -= 1
             self._cond.notify_all()
@@ -97,10 +113,11 @@ class Limits:
             return self._semaphores[name]
 
     @contextmanager
-    def hold(self, key: tuple[int, ...], semaphores: list[str]) -> Iterator[None]:
-        """The template's locks first (a waiting pod is not active), then a place under parallelism."""
+    def hold(self, key: tuple[int, ...], semaphores: list[str], deadline: float | None = None) -> Iterator[None]:
+        """The template's locks first (a waiting pod is not active), then a place under parallelism; raises
+        DeadlinePassed when `deadline` (the Workflow's) passes first."""
         with ExitStack() as stack:
             for name in sorted(semaphores):
-                stack.enter_context(self.semaphore(name).hold(key))
-            stack.enter_context(self.pods.hold(key))
+                stack.enter_context(self.semaphore(name).hold(key, deadline))
+            stack.enter_context(self.pods.hold(key, deadline))
             yield

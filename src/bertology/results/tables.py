@@ -81,6 +81,11 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 
+# What every cell of a study publishes (finetune: runs, curves; analyze: weight_distance): a cell lacking any
+# is not finished. plan runs such a cell again, aggregate lists it and fails the study.
+CELL_TABLES = ("runs", "curves", "weight_distance")
+
+
 def results_key(table: str, study: str, run_id: str) -> str:
     return f"results/{table}/study={study}/{run_id}.parquet"
 

@@ -41,6 +41,8 @@ def parser(step: str) -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a study parameter (plan) or option (regress); repeatable")
     p.add_argument("--outputs", default="/tmp/outputs", help="directory for Argo output parameters")
+    p.add_argument("--baseline-store", default=None, metavar="URI",
+                   help="(plan) a second store to fix for later steps, handed on as output baseline_store")
     return p
 
 
