@@ -213,7 +213,7 @@ def test_a_transient_failure_exits_75_and_says_why(tmp_path):
                                "s3://b/k: timed out' >&2; exit 75")
     assert done.returncode == 75, done
     assert done.stderr.strip().splitlines()[-1] == (
-        "step: exit code 75; No more retries left (2 attempts): transient error: S3 unreachable for s3://b/k: "
+        "step: main: Error (exit code 75); No more retries left (2 attempts): transient error: S3 unreachable for s3://b/k: "
         "timed out"), done.stderr
 
 

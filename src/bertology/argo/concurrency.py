@@ -5,8 +5,9 @@ Follows, in argoproj/argo-workflows (v3.6 to v4.1):
   workflow's `spec.parallelism` caps its Pending or Running pods; a pod waiting for a lock does not count.
   (Template-level `parallelism` on a DAG is refused by the runner; the validator refuses it on a leaf.)
 - `executeTemplate` and workflow/sync (semaphore.go): a template's `synchronization.semaphores` are
-  acquired before its pod is created, all of them; a node that cannot get them waits (phase Pending,
-  "Waiting for <lock> lock"). The limit is the integer in ConfigMap key `<name>/<key>`. There is no
+  acquired before its pod is created, all of them, and held until its node is fulfilled (a Retry node:
+  through every attempt and backoff wait); a node that cannot get them waits (phase Pending,
+  "Waiting for <lock> lock"). The pod cap applies to each attempt's pod. The limit is the integer in ConfigMap key `<name>/<key>`. There is no
   ConfigMap locally: `bertology run --semaphore NAME/KEY=N` sets a limit, and an unset one is 1 (this
   machine is one device), said in the run's first lines.
 
@@ -113,11 +114,12 @@ class Limits:
             return self._semaphores[name]
 
     @contextmanager
-    def hold(self, key: tuple[int, ...], semaphores: list[str], deadline: float | None = None) -> Iterator[None]:
-        """The template's locks first (a waiting pod is not active), then a place under parallelism; raises
-        DeadlinePassed when `deadline` (the Workflow's) passes first."""
+    def locks(self, key: tuple[int, ...], semaphores: list[str], deadline: float | None = None) -> Iterator[None]:
+        """The template's semaphores, for the node's whole life: the controller acquires them for the node
+        (operator.go executeTemplate: TryAcquire with the node's id, which for a template with a
+        retryStrategy is the Retry node's) and releases them once it is fulfilled, so a Retry node keeps
+        them through its backoff waits (upstream #9875). Raises DeadlinePassed as `hold`."""
         with ExitStack() as stack:
             for name in sorted(semaphores):
                 stack.enter_context(self.semaphore(name).hold(key, deadline))
-            stack.enter_context(self.pods.hold(key, deadline))
             yield

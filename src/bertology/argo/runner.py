@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bertology.argo import dag as dags
-from bertology.argo import deadlines, fanout, termination
+from bertology.argo import deadlines, exit_handler, fanout, termination
 from bertology.argo.concurrency import DeadlinePassed, Limits, semaphore_names
 from bertology.argo.dag import FAILED, dag_phase
 from bertology.argo.expressions import (
@@ -85,7 +85,8 @@ _SCHEDULING = (
 # object -> (executed, accepted and ignored)
 ALLOWED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "workflow spec": (
-        ("entrypoint", "arguments", "templates", "workflowTemplateRef", "parallelism", "activeDeadlineSeconds"),
+        ("entrypoint", "arguments", "templates", "workflowTemplateRef", "parallelism", "activeDeadlineSeconds",
+         "onExit"),
         _SCHEDULING
         + (
             "podGC",
@@ -184,7 +185,7 @@ def reachable(spec: dict, templates: Source, library: dict[str, Source]) -> list
     does not resolve is BadInput (the validator reports it first; nothing could run)."""
     seen: set[tuple[int, str]] = set()
     out = []
-    stack = [(templates, templates.template(spec["entrypoint"]))]
+    stack = [(templates, templates.template(name)) for name in (spec.get("onExit"), spec["entrypoint"]) if name]
     while stack:
         owner, template = stack.pop()
         if (id(owner.doc), template["name"]) in seen:
@@ -281,6 +282,8 @@ class NodeResult:
     message: str = ""
     outputs: dict[str, str] = field(default_factory=dict)
     tries: list[Attempt] = field(default_factory=list)  # a container's attempts (its pods), in order
+    retried: bool = False  # a container with a retryStrategy: a Retry node, its attempts its children
+    finished: float | None = None  # when it was fulfilled (epoch seconds)
 
 
 @dataclass
@@ -298,7 +301,8 @@ class PodCall:
 @dataclass
 class RunResult:
     workflow: str
-    phase: str
+    phase: str  # the Workflow's phase: its entry node's, or Failed when only its exit handler failed
+    message: str
     exit_code: int  # 0 succeeded; 2 when a step exited 2 (bad input); 75 when a step still failed transiently
     nodes: dict[str, NodeResult]  # in the order nodes finished
     pods: list[PodCall] = field(default_factory=list)
@@ -393,6 +397,8 @@ class _Run:
 
     def record(self, node: NodeResult, graph: dags.Node | None = None) -> NodeResult:
         """Keep a finished node, and its node in the graph the DAG phase is assessed on (dag.py)."""
+        if node.finished is None:
+            node.finished = time.time()
         with self._lock:
             self.nodes[node.name] = node
             self.graph[node.name] = graph or dags.Node(node.name, dags.LEAF, node.phase)
@@ -552,12 +558,36 @@ class _Run:
         log_path = node_dir / "log.txt"
         log_path.write_text("")
         strategy = RetryStrategy.parse(template.get("retryStrategy"))
-        semaphores = semaphore_names(template)
         attempts: list[Attempt] = []
-        # backoff Argo would wait that the local run did not: Argo's clock runs ahead by this (never in a
-        # workflow with a deadline, whose waits are not shortened: deadlines.py)
-        skipped_s = 0.0
+        # backoff waits are shortened locally, except in a workflow with a deadline (deadlines.py)
         max_backoff_s = self.max_backoff_s if self.deadlines.workflow is None else float("inf")
+        workflow_deadline = None if self.on_exit else self.deadlines.workflow
+        try:
+            locks = self.limits.locks(key, semaphore_names(template), workflow_deadline)
+            locks.__enter__()
+        except DeadlinePassed:  # waited for a lock past the Workflow's deadline: no pod was made
+            self.emit(node_name, f"Failed ({deadlines.WORKFLOW_MESSAGE})")
+            return self.record(NodeResult(node_name, template["name"], "Failed", message=deadlines.WORKFLOW_MESSAGE))
+        try:
+            result = self._attempts(template, node_name, node_dir, out_dir, log_path, inputs, key, strategy,
+                                    attempts, max_backoff_s, workflow_deadline)
+        except _NodeError as e:
+            self.emit(node_name, f"Error: {e}")
+            return self.record(NodeResult(node_name, template["name"], "Error", attempts=len(attempts), message=str(e)))
+        finally:
+            locks.__exit__(None, None, None)
+        if result.phase == "dry run":
+            return self.record(dataclasses.replace(result, phase="Succeeded"))
+        self.emit(node_name, f"{result.phase}" + (f" ({result.message})" if result.message else ""))
+        result.tries, result.retried = attempts, strategy is not None
+        graph = dags.retry_node(node_name, result.phase, [a.phase for a in attempts]) if strategy is not None else None
+        return self.record(result, graph)
+
+    def _attempts(self, template: dict, node_name: str, node_dir: Path, out_dir: Path, log_path: Path,
+                  inputs: dict[str, str], key: tuple[int, ...], strategy: RetryStrategy | None,
+                  attempts: list[Attempt], max_backoff_s: float, workflow_deadline: float | None) -> NodeResult:
+        """The node's pods, one attempt after another as its retryStrategy decides (retries.py)."""
+        skipped_s = 0.0  # backoff Argo would wait that the local run did not: Argo's clock runs ahead by this
         while True:
             scope = {
                 **self.globals,
@@ -565,18 +595,14 @@ class _Run:
                 "pod.name": _pod_name(self.workflow, node_name),
                 "retries": str(len(attempts)),
             }
-            try:
-                container = _render(template["container"], scope)
-                outputs = _render((template.get("outputs") or {}).get("parameters") or [], scope)
-                own_deadline = _render(template.get("activeDeadlineSeconds"), scope)
-            except _NodeError as e:
-                self.emit(node_name, f"Error: {e}")
-                return self.record(NodeResult(node_name, template["name"], "Error", attempts=len(attempts), message=str(e)))
+            # a template that cannot be rendered raises _NodeError: no pod (container() records the node)
+            container = _render(template["container"], scope)
+            outputs = _render((template.get("outputs") or {}).get("parameters") or [], scope)
+            own_deadline = _render(template.get("activeDeadlineSeconds"), scope)
             argv = [_outputs_path(str(a), out_dir) for a in [*container["command"], *(container.get("args") or [])]]
             self._called(node_name, template, container, inputs)
             if self.dry_run and not (template.get("outputs") or {}).get("parameters"):
-                result = NodeResult(node_name, template["name"], "Succeeded", 0, 0, "dry run: not started")
-                return self.record(result)
+                return NodeResult(node_name, template["name"], "dry run", 0, 0, "dry run: not started")
             if argv[0] in ("python", "python3"):
                 argv[0] = sys.executable
             for stale in out_dir.glob("*") if out_dir.exists() else ():
@@ -587,7 +613,7 @@ class _Run:
             started = time.time() + skipped_s
             try:
                 own_seconds = deadlines.seconds(own_deadline)
-                with self.limits.hold(key, semaphores, None if self.on_exit else self.deadlines.workflow):
+                with self.limits.pods.hold(key, workflow_deadline):
                     started = time.time() + skipped_s
                     kill = self.deadlines.kill(own_seconds, time.time(), self.on_exit)
                     if kill is not None and kill[1] == deadlines.WORKFLOW_MESSAGE and kill[0] <= time.time():
@@ -608,8 +634,7 @@ class _Run:
             result = NodeResult(node_name, template["name"], phase, code, len(attempts), message, values)
             if phase == "Succeeded" or strategy is None or self.stopping:
                 break
-            decision = strategy.decide(attempts, time.time() + skipped_s,
-                                       None if self.on_exit else self.deadlines.workflow)
+            decision = strategy.decide(attempts, time.time() + skipped_s, workflow_deadline)
             local = min(decision.wait_s, max_backoff_s)
             skipped_s += decision.wait_s - local
             if not decision.retry:
@@ -617,16 +642,12 @@ class _Run:
                     self.emit(node_name, f"{phase} ({message}); not retried, after the backoff Argo waits first "
                                          f"({decision.wait_s:g}s, {local:g}s locally)")
                     time.sleep(local)
-                if decision.message and decision.message != message:
-                    result.message = f"{message}; {decision.message}" if message else decision.message
+                result.message = decision.message or message  # the Retry node's message (processNodeRetries)
                 break
             self.emit(node_name, f"{phase} ({message}); retry {len(attempts)}/{strategy.limit}: Argo backs off "
                                  f"{decision.wait_s:g}s, waiting {local:g}s locally")
             time.sleep(local)
-        self.emit(node_name, f"{result.phase}" + (f" ({result.message})" if result.message else ""))
-        result.tries = attempts
-        graph = dags.retry_node(node_name, result.phase, [a.phase for a in attempts]) if strategy is not None else None
-        return self.record(result, graph)
+        return result
 
     def _called(self, node: str, template: dict, container: dict, inputs: dict[str, str]) -> None:
         """Record the pod's argv as Argo would hand it (the container's own paths, /tmp/outputs)."""
@@ -881,6 +902,7 @@ def prepare(path: str | Path, *, params: dict[str, str], templates_dir: str | Pa
                 raise BadInput(f"semaphore {sem}: limit {configured!r} is not an integer") from None
     name = _workflow_name(source)
     globals_ = {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local",
+                "workflow.status": "Running",
                 **{f"workflow.parameters.{k}": v for k, v in values.items()}}
     return Prepared(source, spec, templates, library, values, name, globals_, min(caps) if caps else 1 << 30, limits)
 
@@ -931,6 +953,14 @@ def run_workflow(
     try:
         entry = prepared.templates.template(prepared.spec["entrypoint"])
         root = run.template(entry, prepared.templates, "", prepared.values, ())
+        exit_node = None
+        if prepared.spec.get("onExit") and not run.stopping:  # exit_handler.py
+            run.on_exit = True
+            run.globals["workflow.status"] = exit_handler.PHASE_OF_WORKFLOW[root.phase]
+            run.globals["workflow.failures"] = exit_handler.failures(
+                list(run.nodes.values()), lambda node: _pod_name(prepared.name, node))
+            exit_node = run.template(prepared.templates.template(prepared.spec["onExit"]), prepared.templates,
+                                     exit_handler.EXIT_NODE, {}, (1 << 30,))
     except BaseException:
         run.terminate()
         raise
@@ -938,11 +968,12 @@ def run_workflow(
         if run.zygote is not None:
             run.zygote.close()
         run.reaper.close()
+    phase, message = exit_handler.outcome(root.phase, root.message, exit_node)
     code = 0
-    if root.phase != "Succeeded":
+    if phase != "Succeeded":
         codes = {n.exit_code for n in run.nodes.values() if n.phase in FAILED and n.exit_code is not None}
         code = EXIT_BAD_INPUT if EXIT_BAD_INPUT in codes else EXIT_TRANSIENT if codes == {EXIT_TRANSIENT} else 1
-    result = RunResult(prepared.name, root.phase, code, dict(run.nodes), list(run.pods))
+    result = RunResult(prepared.name, phase, message, code, dict(run.nodes), list(run.pods))
     (workdir / "status.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
-    run.emit(prepared.name, f"{root.phase} (exit code {code})")
+    run.emit(prepared.name, f"{phase} (exit code {code})" + (f": {message}" if message else ""))
     return result

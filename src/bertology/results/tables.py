@@ -14,8 +14,9 @@ import polars as pl
 import pyarrow as pa
 
 from bertology.errors import BadInput
+from bertology.results import receipts
 from bertology.spec import Cell
-from bertology.store import Store, open_store
+from bertology.store import Store, open_store, parquet_bytes
 
 SCHEMA_VERSION = 4  # 2: `intermediate` label, predictions' `text`, activation_distance; 3: model_profile;
 # 4: curves' `kind` (the training-loss series beside the evaluation points)
@@ -110,7 +111,7 @@ def publish(store: Store, table: str, cell: Cell, rows: pa.Table) -> str:
 def publish_rows(store: Store, table: str, study: str, key: str, labels: dict, rows: pa.Table) -> str:
     """Rows of one unit of work (a run, or an analysis outside any run) into the study's partition."""
     path = results_key(table, study, key)
-    store.write_parquet(path, with_labels(table, labels, rows))
+    receipts.write(store, path, parquet_bytes(with_labels(table, labels, rows)))  # plan checks it by listing
     return path
 
 
