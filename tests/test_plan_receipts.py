@@ -60,6 +60,16 @@ def test_a_damaged_result_is_deleted_and_its_cell_runs_again(tmp_path, caplog, d
     assert any(why in r.getMessage() and "is damaged" in r.getMessage() for r in caplog.records)
 
 
+def test_a_republished_result_keeps_one_receipt(tmp_path):
+    store = open_store(str(tmp_path / "store"))
+    (cell,) = _study(1).cells()
+    publish(store, "runs", cell, TABLES["runs"].empty_table())
+    key = results_key("runs", "scale", cell.run.id)
+    receipts.write(store, key, b"other bytes")
+    (receipt,) = store.list(receipts.ROOT)
+    assert receipt == receipts.receipt_key(key, 11, __import__("hashlib").sha256(b"other bytes").hexdigest())
+
+
 def test_a_result_without_a_receipt_is_read_once_and_given_one(tmp_path):
     store = open_store(str(tmp_path / "store"))
     spec = _study(1)
@@ -70,7 +80,7 @@ def test_a_result_without_a_receipt_is_read_once_and_given_one(tmp_path):
         publish(store, table, cell, TABLES[table].empty_table())
     assert plan_study(store, spec)["runs"] == []
     (receipt,) = [k for k in store.list(receipts.ROOT) if "/runs/" in k]
-    size = int(receipt.rsplit(".", 2)[1])
+    size = int(receipt.rsplit("/", 1)[1].split(".")[0])
     assert size == (tmp_path / "store" / key).stat().st_size
     store.write_bytes(key, b"")  # emptied: not a Parquet file, and no longer its receipt's size
     assert plan_study(store, spec)["runs"] == [cell.run.id]

@@ -6,8 +6,9 @@ scale it must not read them: the largest study has about 1,200 of them, and read
 GET per file per plan. So every publication leaves a receipt, an empty object whose key records the file's
 size and sha256:
 
-    results/_receipts/<table>/study=<name>/<run-id>.parquet.<size>.<sha256>
+    results/_receipts/<table>/study=<name>/<run-id>.parquet/<size>.<sha256>
 
+(a publication that replaces the file with other bytes drops the older receipts: one listing).
 and plan lists each table's partition (with sizes) and its receipts: two listings per table, a request per
 1,000 keys on S3, and no read of any result. A file whose listed size is no receipt's is damaged. On a local
 store, where reading costs no request, the sha256 is checked too (a disk can flip a bit in place; an S3 object
@@ -30,21 +31,30 @@ ROOT = "results/_receipts"
 READERS = 16  # files without a receipt read at once (I/O-bound: S3 GETs)
 
 
+def _receipts_of(key: str) -> str:
+    return f"{ROOT}/{key.removeprefix('results/')}"
+
+
 def receipt_key(key: str, size: int, sha256: str) -> str:
-    return f"{ROOT}/{key.removeprefix('results/')}.{size}.{sha256}"
+    return f"{_receipts_of(key)}/{size}.{sha256}"
 
 
 def write(store: Store, key: str, data: bytes) -> None:
-    """Publish `data` at `key`, then its receipt."""
+    """Publish `data` at `key`, then its receipt, then drop the receipts of bytes it replaced."""
     store.write_bytes(key, data)
-    store.write_bytes(receipt_key(key, len(data), hashlib.sha256(data).hexdigest()), b"")
+    mine = receipt_key(key, len(data), hashlib.sha256(data).hexdigest())
+    store.write_bytes(mine, b"")
+    for old in store.list(_receipts_of(key)):
+        if old != mine:
+            store.delete_key(old)
 
 
 def _receipts(store: Store, prefix: str) -> dict[str, set[tuple[int, str]]]:
     """result key -> {(size, sha256)} of the receipts under results/<prefix> (one listing)."""
     found: dict[str, set[tuple[int, str]]] = {}
     for name in store.list(f"{ROOT}/{prefix}"):
-        base, size, sha = name.rsplit(".", 2)
+        base, receipt = name.rsplit("/", 1)
+        size, sha = receipt.split(".", 1)
         found.setdefault("results/" + base.removeprefix(f"{ROOT}/"), set()).add((int(size), sha))
     return found
 
