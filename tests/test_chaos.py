@@ -94,7 +94,7 @@ def _snapshot(store: Path) -> dict:
     keys = sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_file())
     tables, hashes = {}, {}
     # a result's receipt is named by its bytes, whose timing columns differ from run to run
-    keys = [re.sub(r"^(results/_receipts/.*\.parquet)/\d+\.[0-9a-f]{64}$", r"\1/SIZE.SHA256", k) for k in keys]
+    keys = [re.sub(r"^(results/_receipts/.*)/\d+\.[0-9a-f]{64}$", r"\1/SIZE.SHA256", k) for k in keys]
     for key in keys:
         path = store / key
         if key.startswith(("results/", "studies/")) and key.endswith(".parquet"):

@@ -113,6 +113,16 @@ class Limits:
                 self._semaphores[name] = OrderedPool(self._limits.get(name, DEFAULT_SEMAPHORE_LIMIT), name)
             return self._semaphores[name]
 
+    def reserve(self, key: tuple[int, ...], semaphores: list[str]) -> None:
+        """A fan-out child's place in line, before its thread starts: in its semaphores' queues (a node waiting
+        for a lock holds no pod slot), else in the pod queue."""
+        for pool in [self.semaphore(name) for name in semaphores] or [self.pods]:
+            pool.reserve(key)
+
+    def cancel(self, key: tuple[int, ...], semaphores: list[str]) -> None:
+        for pool in [self.semaphore(name) for name in semaphores] or [self.pods]:
+            pool.cancel(key)
+
     @contextmanager
     def locks(self, key: tuple[int, ...], semaphores: list[str], deadline: float | None = None) -> Iterator[None]:
         """The template's semaphores, for the node's whole life: the controller acquires them for the node

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,9 +76,6 @@ class Deadlines:
         if limit is None:
             return cls(None)
         return cls(math.floor(started) + int(limit))
-
-    def passed(self, now: float | None = None) -> bool:
-        return self.workflow is not None and (time.time() if now is None else now) > self.workflow
 
     def kill(self, template_seconds: int | None, start: float, on_exit: bool = False) -> tuple[float, str] | None:
         """When a pod started at `start` is stopped, and its node's message: its own deadline (the kubelet's)

@@ -11,11 +11,15 @@ Each Argo behaviour the YAML depends on lives in its own module, which names the
 - retries.py       retryStrategy: policy, expression, limit, backoff and maxDuration (processNodeRetries)
 - concurrency.py   spec.parallelism and synchronization.semaphores
 - expressions.py   the `depends` and retry-expression languages
+- deadlines.py     activeDeadlineSeconds of a template and of the Workflow
+- termination.py   a step's termination message in its node's message (inferFailedReason)
+- exit_handler.py  spec.onExit, workflow.status / workflow.failures, the Workflow's phase and message
 
-The one path rewrite: each node gets its own directory under the run's work directory, and every
+The path rewrites: each node gets its own directory under the run's work directory, and every
 occurrence of the literal path prefix `/tmp/outputs` in a container's command, args and env values and in
 its output parameters' `valueFrom.path` points there, so two fan-out children writing
-"/tmp/outputs/x.json" never clash, as two pods would not. The node's output is kept in `log.txt` there.
+"/tmp/outputs/x.json" never clash, as two pods would not; /dev/termination-log in an env value points to
+the node's `termination-log` file. The node's output is kept in `log.txt` there.
 
 Anything outside what is emulated is refused by name (ALLOWED, and the checks below) before anything runs.
 """
@@ -531,11 +535,12 @@ class _Run:
                 self.emit(names[i], f"Error: {type(e).__name__}: {e}")
                 children[i] = NodeResult(names[i], template["name"], "Error", message=str(e))
             finally:
-                self.limits.pods.cancel(key + (i,))
+                self.limits.cancel(key + (i,), locks)
 
-        if template.get("container") is not None and not semaphore_names(template):
+        locks = semaphore_names(template)
+        if template.get("container") is not None:
             for i in range(len(items)):
-                self.limits.pods.reserve(key + (i,))
+                self.limits.reserve(key + (i,), locks)
         for thread in [_spawn(lambda i=i: run_child(i)) for i in range(len(items))]:
             thread.join()
         phases = tuple(c.phase for c in children)

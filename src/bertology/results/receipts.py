@@ -6,7 +6,7 @@ scale it must not read them: the largest study has about 1,200 of them, and read
 GET per file per plan. So every publication leaves a receipt, an empty object whose key records the file's
 size and sha256:
 
-    results/_receipts/<table>/study=<name>/<run-id>.parquet/<size>.<sha256>
+    results/_receipts/<table>/study=<name>/<run-id>/<size>.<sha256>
 
 (a publication that replaces the file with other bytes drops the older receipts: one listing).
 and plan lists each table's partition (with sizes) and its receipts: two listings per table, a request per
@@ -32,7 +32,9 @@ READERS = 16  # files without a receipt read at once (I/O-bound: S3 GETs)
 
 
 def _receipts_of(key: str) -> str:
-    return f"{ROOT}/{key.removeprefix('results/')}"
+    """The receipts' prefix of a result (no key under it ends in .parquet, so no `results/**/*.parquet`
+    glob of a notebook ever matches one)."""
+    return f"{ROOT}/{key.removeprefix('results/').removesuffix('.parquet')}"
 
 
 def receipt_key(key: str, size: int, sha256: str) -> str:
@@ -55,7 +57,7 @@ def _receipts(store: Store, prefix: str) -> dict[str, set[tuple[int, str]]]:
     for name in store.list(f"{ROOT}/{prefix}"):
         base, receipt = name.rsplit("/", 1)
         size, sha = receipt.split(".", 1)
-        found.setdefault("results/" + base.removeprefix(f"{ROOT}/"), set()).add((int(size), sha))
+        found.setdefault("results/" + base.removeprefix(f"{ROOT}/") + ".parquet", set()).add((int(size), sha))
     return found
 
 
