@@ -18,8 +18,7 @@ import pytest
 import yaml
 
 from bertology.argo import fanout
-from bertology.argo.dag import dag_phase
-from bertology.argo.expressions import TaskOutcome
+from bertology.argo.dag import DAG, LEAF, Node, dag_phase
 from bertology.argo.retries import Attempt, RetryStrategy, exit_code
 from bertology.argo.runner import run_workflow
 from bertology.argo.substitution import (
@@ -162,17 +161,20 @@ def test_a_task_group_takes_its_last_failed_childs_phase():
     assert fanout.group_phase(["Succeeded", "Succeeded"]) == "Succeeded"
 
 
+def _leaves(**phases: str) -> dict[str, Node]:
+    return {name: Node(name, LEAF, phase) for name, phase in phases.items()}
+
+
 def test_the_dag_phase_comes_from_its_targets():
     # dag.go assessDAGPhase: a completed target keeps its phase (a .Failed handler that succeeded makes the
     # DAG succeed, dag_test.go TestDagAssessPhaseContinueOnExpandedTask: WorkflowSucceeded); an omitted
     # target inherits its branch's failure
     order, upstream = ["cell", "aggregate"], {"cell": [], "aggregate": ["cell"]}
-    assert dag_phase(order, upstream, {"cell": TaskOutcome("Failed"), "aggregate": TaskOutcome("Succeeded")}) \
+    assert dag_phase(Node("d", DAG, ""), order, upstream, _leaves(cell="Failed", aggregate="Succeeded")) \
         == "Succeeded"
-    assert dag_phase(order, upstream, {"cell": TaskOutcome("Failed"), "aggregate": TaskOutcome("Omitted")}) \
-        == "Failed"
+    assert dag_phase(Node("d", DAG, ""), order, upstream, _leaves(cell="Failed", aggregate="Omitted")) == "Failed"
     # an empty fan-out (Skipped) is no failure: dag_test.go TestEmptyWithParamDAG, WorkflowSucceeded
-    assert dag_phase(order, upstream, {"cell": TaskOutcome("Skipped"), "aggregate": TaskOutcome("Succeeded")}) \
+    assert dag_phase(Node("d", DAG, ""), order, upstream, _leaves(cell="Skipped", aggregate="Succeeded")) \
         == "Succeeded"
 
 
@@ -180,9 +182,8 @@ def test_fail_fast_picks_the_first_failing_target_else_the_last():
     # dag.go assessDAGPhase: `if failFast { break }` after the first failed target; without, the loop
     # goes on and the last failed target's phase stands
     order, upstream = ["a", "b"], {"a": [], "b": []}
-    outcomes = {"a": TaskOutcome("Failed"), "b": TaskOutcome("Error")}
-    assert dag_phase(order, upstream, outcomes, fail_fast=True) == "Failed"
-    assert dag_phase(order, upstream, outcomes, fail_fast=False) == "Error"
+    assert dag_phase(Node("d", DAG, ""), order, upstream, _leaves(a="Failed", b="Error"), fail_fast=True) == "Failed"
+    assert dag_phase(Node("d", DAG, ""), order, upstream, _leaves(a="Failed", b="Error"), fail_fast=False) == "Error"
 
 
 # --- operator.go processNodeRetries ---------------------------------------------------------------------
@@ -235,7 +236,6 @@ def test_the_expression_is_anded_with_the_policy():
     assert not strategy.decide([_failed(0, 1, 2)], now=1).retry  # bad input
     assert not strategy.decide([_failed(0, 1, 1)], now=1).retry
     assert strategy.decide([_failed(0, 1, None, "Error")], now=1).retry  # a deleted pod
-    assert [strategy.wait_before(n) for n in (1, 2, 3)] == [30, 60, 120]
 
 
 def test_a_signalled_process_exits_137():

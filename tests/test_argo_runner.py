@@ -182,8 +182,8 @@ def test_unsupported_feature_is_refused_by_name_before_running(tmp_path):
     ("where", "key", "value"),
     [
         ("task", "when", "{{workflow.parameters.count}} > 1"),
-        ("task", "continueOn", {"failed": True}),
-        ("spec", "onExit", "main"),
+        ("task", "hooks", {"exit": {"template": "main"}}),
+        ("spec", "hooks", {"exit": {"template": "main"}}),
         ("template", "memoize", {"key": "x", "maxAge": "1h", "cache": {"configMap": {"name": "c"}}}),
     ],
 )

@@ -5,8 +5,8 @@ Every row must end with the contract of docs/getting-started.md, "Exit codes and
 one line on stderr naming the bad value and what is allowed, before any training step, and nothing written
 to the store (nor a stray ./.bertology). Rows run through the code path a user reaches:
 - `plan` rows call the plan step's entry in-process (harness.main, what the plan pod runs), with the
-  parameters the Workflow passes it: the study YAML's own values, the user's, and `explicit` (the names
-  the user set, as `bertology run` fills it in);
+  parameters the Workflow passes it: the study YAML's own values (marked `default:`) and the user's
+  (unmarked, as `argo submit -p` and `bertology run -p` pass them alike);
 - `cli` rows call `bertology` in-process (they fail before any step starts);
 - `run` rows start `bertology run` itself (subprocesses, in parallel threads): the observed bugs end to end.
 """
@@ -67,7 +67,7 @@ def _files(tmp: Path) -> None:
 # -- the catalogue: (id, how, arguments, what the one line must say) ------------------------------------------
 REVERSE_99 = '[{"name": "r", "interventions": [{"name": "reinit", "params": {"scope": "layers", "layers": [99]}}]}]'
 UNKNOWN_STEP = '[{"name": "r", "interventions": [{"name": "reinitialise"}]}]'
-PLAN = [  # study parameters the user sets under preset=tiny (-p NAME=VALUE); all are `explicit`
+PLAN = [  # study parameters the user sets under preset=tiny (-p NAME=VALUE): a preset never replaces them
     ("lr-negative", {"lr": "-1"}, ["lr", "-1.0", "(0.0, 1.0]"]),
     ("lr-not-a-number", {"lr": "fast"}, ["lr", "'fast'", "number"]),
     ("epochs-zero", {"epochs": "0"}, ["epochs", ">= 1", "got 0"]),
@@ -112,11 +112,11 @@ PLAN = [  # study parameters the user sets under preset=tiny (-p NAME=VALUE); al
      ["train.tsv:2", "'maybe'", "allowed: negative, positive or 0..1"]),
     ("data-dir-missing", {"source": "glue-dir:{tmp}/no-glue", "tasks": '["sst2"]'}, ["no-glue/SST-2", "does not exist"]),
 ]
-ARGO_SUBMIT = [  # the same mistakes with argo submit, where nobody fills in `explicit`: refused all the same
-    ("argo-lr-negative", {"lr": "-1"}, ["lr", "(0.0, 1.0]"]),
-    ("argo-count-negative", {"count": "-3"}, ["count", ">= 1", "-3"]),
-    ("argo-model-dir-missing", {"models": '["./no/such/dir"]'}, ["no/such/dir", "not found"]),
-    ("argo-explicit-typo", {"explicit": '["lrate"]'}, ["'lrate'", "allowed:", "lr"]),
+DEFAULTS = [  # the same mistakes as a study's own default (`default:VALUE`), which the preset replaces: refused
+    ("default-lr-negative", {"lr": "-1"}, ["lr", "(0.0, 1.0]"]),
+    ("default-count-negative", {"count": "-3"}, ["count", ">= 1", "-3"]),
+    ("default-model-dir-missing", {"models": '["./no/such/dir"]'}, ["no/such/dir", "not found"]),
+    ("explicit-is-gone", {"explicit": '["lr"]'}, ["unknown study parameter 'explicit'", "known:"]),
 ]
 CLI = [  # `bertology ...` arguments; {tmp} is the test's directory, {store} its store
     ("store-empty", ["run", "{wf}", "--store", ""], ["--store ''", "empty", "s3://BUCKET"]),
@@ -194,10 +194,9 @@ def _study_params() -> dict[str, str]:
 
 
 def _plan(tmp: Path, user: dict[str, str], explicit: bool, capsys) -> tuple[int, str]:
-    user = {k: _fill(v, tmp) for k, v in user.items()}
+    """`explicit`: the values as the user passes them; else as a study's own defaults (`default:VALUE`)."""
+    user = {k: _fill(v, tmp) if explicit or k == "preset" else f"default:{_fill(v, tmp)}" for k, v in user.items()}
     params = _study_params() | user
-    if explicit:
-        params["explicit"] = json.dumps(sorted(k for k in user if k != "preset"))
     argv = ["--store", str(tmp / "store"), "--study", "reversed-layers", "--outputs", str(tmp / "outputs")]
     for name, value in params.items():
         argv += ["--param", f"{name}={value}"]
@@ -214,8 +213,8 @@ def test_a_bad_study_parameter_is_refused_by_plan(tmp, capsys, user, must):
     assert not (tmp / "outputs").exists()  # nothing handed to Argo: no step after plan can start
 
 
-@pytest.mark.parametrize(("user", "must"), [c[1:] for c in ARGO_SUBMIT], ids=[c[0] for c in ARGO_SUBMIT])
-def test_a_preset_does_not_hide_a_bad_value_under_argo_submit(tmp, capsys, user, must):
+@pytest.mark.parametrize(("user", "must"), [c[1:] for c in DEFAULTS], ids=[c[0] for c in DEFAULTS])
+def test_a_preset_does_not_hide_a_bad_default(tmp, capsys, user, must):
     code, err = _plan(tmp, user, explicit=False, capsys=capsys)
     assert code == 2, err
     _one_line(err, must, tmp)

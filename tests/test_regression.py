@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -41,12 +42,13 @@ TEMPLATES = REPO / "workflows" / "templates"
 STUDY, STUDY_ID = "reversed-layers", "0123456789abcdef"
 
 
-def table(rows: list[tuple]) -> pl.DataFrame:
-    """A study table as aggregate writes it (the columns compare reads, plus a few it ignores)."""
+def table(rows: list[tuple], sd: float | None = None) -> pl.DataFrame:
+    """A study table as aggregate writes it (the columns compare reads, plus a few it ignores); without an
+    `sd` the rows have no spread, so their metrics' fixed tolerances apply."""
     return pl.DataFrame(
         [{"model": m, "task": t, "split": "validation", "metric": metric, "variant": v, "n": n, "mean": mean,
-          "sd": 0.01, "study": STUDY, "study_id": STUDY_ID} for m, t, metric, v, n, mean in rows],
-        schema_overrides={"n": pl.UInt32})
+          "sd": sd, "study": STUDY, "study_id": STUDY_ID} for m, t, metric, v, n, mean in rows],
+        schema_overrides={"n": pl.UInt32, "sd": pl.Float64})
 
 
 BASE = [
@@ -81,7 +83,7 @@ def test_drift_fails_naming_the_row_and_both_values():
     line = next(x for x in result.text().splitlines() if "reversed" in x)
     assert line.split() == ["bert", "rte", "validation", "accuracy", "reversed", "3", "0.5500", "0.6000",
                             "+0.0500", "±0.02", "DRIFT"]
-    assert "DRIFT: the mean moved beyond the metric's tolerance" in result.text()
+    assert "DRIFT: the mean moved beyond its tolerance" in result.text()
     assert result.summary() == "1 of 4 rows differ from the baseline (1 DRIFT)"
 
 
@@ -107,6 +109,35 @@ def test_perplexity_tolerance_is_relative_to_the_baseline():
     scaled = edited(means={3: 1000.0})  # the same +5.5% of a ten times larger perplexity
     drifted = compare(table(edited(means={3: 1055.0})), table(scaled), tolerances)
     assert [r["metric"] for r in drifted.failures] == ["perplexity"] and "±5% (±50)" in drifted.text()
+
+
+def test_the_tolerance_comes_from_both_sides_spread_by_welch_s_t_test():
+    # sd 0.02 over 3 seeds on each side: SE = sqrt(2 × 0.02² / 3) = 0.01633, ν = 4, t(0.9995, 4) = 8.610
+    se, t = math.sqrt(2 * 0.02 ** 2 / 3), 8.610302
+    allowed = t * se + 0.005
+    rows = [("bert", "rte", "accuracy", "pre-trained", 3, 0.6600)]
+    inside = compare(table([(*rows[0][:5], 0.66 + allowed - 1e-4)], sd=0.02), table(rows, sd=0.02), parse_tolerances(""))
+    outside = compare(table([(*rows[0][:5], 0.66 + allowed + 1e-4)], sd=0.02), table(rows, sd=0.02), parse_tolerances(""))
+    assert inside.failures == [] and [r["flags"] for r in outside.failures] == [[DRIFT]]
+    assert outside.rows[0]["allowed"] == pytest.approx(allowed, rel=1e-5)
+    assert "(8.6 SE + 0.005)" in outside.text()
+    # the baseline's own spread counts: a noisier baseline allows more
+    noisy = table(rows, sd=0.05)
+    assert compare(table([(*rows[0][:5], 0.66 + allowed + 1e-4)], sd=0.02), noisy, parse_tolerances("")).failures == []
+    # identical seeds (sd 0): only the floor, 0.005 absolute, 0.5% of a perplexity
+    assert [r["flags"] for r in compare(table([(*rows[0][:5], 0.666)], sd=0.0), table(rows, sd=0.0),
+                                        parse_tolerances("")).failures] == [[DRIFT]]
+    ppl = [("bert", "mlm-nl", "perplexity", "pre-trained", 3, 100.0)]
+    assert compare(table([(*ppl[0][:5], 100.4)], sd=0.0), table(ppl, sd=0.0), parse_tolerances("")).failures == []
+    assert compare(table([(*ppl[0][:5], 100.6)], sd=0.0), table(ppl, sd=0.0), parse_tolerances("")).failures != []
+    # a metric set by hand keeps its fixed tolerance, spread or not
+    assert compare(table([(*rows[0][:5], 0.70)], sd=0.02), table(rows, sd=0.02),
+                   parse_tolerances('{"accuracy": 0.01}')).failures != []
+
+
+def test_a_drift_names_its_rows_in_one_line():
+    result = compare(table(edited(means={1: 0.6000})), table(BASE), parse_tolerances(""))
+    assert result.worst() == "rte accuracy reversed 0.5500 -> 0.6000 (allowed ±0.0200)"
 
 
 def test_tolerances_are_overridden_per_metric():
@@ -255,7 +286,7 @@ def test_baseline_on_s3(s3_bucket, tmp_path):
 
 def _dag(doc: dict) -> dict[str, dict]:
     spec = doc["spec"].get("workflowSpec", doc["spec"])
-    (template,) = spec["templates"]
+    (template,) = [t for t in spec["templates"] if t["name"] == spec["entrypoint"]]
     return {t["name"]: t for t in template["dag"]["tasks"]}
 
 
@@ -271,12 +302,14 @@ def test_the_cron_workflow_is_a_nightly_with_no_overlap():
     (template,) = load_documents(NIGHTLY_TEMPLATE)
     params = {p["name"]: p.get("value") for p in template["spec"]["arguments"]["parameters"]}
     assert params["promote"] == "false" and params["preset"] == "paper"
-    assert json.loads(params["tasks"]) == ["rte", "mrpc", "stsb"] and json.loads(params["seeds"]) == [1, 2, 3]
+    # the study's own defaults, marked so that a preset may replace them (bertology.study.DEFAULT_MARK)
+    assert params["tasks"] == 'default:["rte", "mrpc", "stsb"]' and params["seeds"] == "default:[1, 2, 3]"
 
 
 def test_the_nightly_runs_the_study_dag_in_a_scratch_store_then_regress():
     """The nightly's DAG is bertology-study's `main`, task for task, with the scratch store, then regress: a
-    change to the study DAG or a new study parameter must reach the nightly too."""
+    change to the study DAG or a new study parameter must reach the nightly too. plan fixes both stores
+    (the scratch one and the baseline store) once, for every later step."""
     (nightly,) = load_documents(NIGHTLY_TEMPLATE)
     (study,) = load_documents(TEMPLATES / "study.yaml")
     ours, theirs = _dag(nightly), _dag(study)
@@ -284,17 +317,26 @@ def test_the_nightly_runs_the_study_dag_in_a_scratch_store_then_regress():
     assert list(ours) == [*theirs, "regress"]
     for name, task in theirs.items():
         text = json.dumps(task).replace('"{{workflow.parameters.store}}"', json.dumps(scratch))
-        assert ours[name] == json.loads(text), (
+        expected = json.loads(text)
+        if name == "plan":  # and the baseline store, which plan fixes too
+            expected["arguments"]["parameters"].insert(
+                2, {"name": "baseline_store", "value": "{{workflow.parameters.store}}"})
+        assert ours[name] == expected, (
             f"task '{name}' differs from bertology-study's: a new study parameter or step? "
             f"add it to {NIGHTLY_TEMPLATE.relative_to(REPO)} too")
     declared = [p["name"] for p in nightly["spec"]["arguments"]["parameters"]]
     assert set(declared) == {p["name"] for p in study["spec"]["arguments"]["parameters"]} | {
         "promote", "baseline", "tolerances"}
     regress_args = {p["name"]: p["value"] for p in ours["regress"]["arguments"]["parameters"]}
-    assert ours["regress"]["depends"] == "aggregate"
+    assert ours["regress"]["depends"] == "aggregate.Succeeded || aggregate.Failed"
+    assert ours["regress"]["continueOn"] == {"failed": True, "error": True}  # the exit handler judges
+    assert nightly["spec"]["onExit"] == "verdict"
     assert regress_args["plan"] == "{{tasks.plan.outputs.parameters.study}}"  # the id plan computed
-    assert regress_args["store"] == scratch
-    assert regress_args["baseline_store"] == "{{workflow.parameters.store}}"  # outlives the scratch
+    assert regress_args["store"] == "{{tasks.plan.outputs.parameters.store}}"
+    assert regress_args["baseline_store"] == "{{tasks.plan.outputs.parameters.baseline_store}}"  # outlives the scratch
+    # no step after plan reads the ConfigMap-backed `store` parameter again (setGlobalParameters re-reads it)
+    after_plan = json.dumps([t for n, t in ours.items() if n != "plan"])
+    assert "workflow.parameters.store" not in after_plan
 
 
 def _bertology(*args, env):
@@ -331,8 +373,15 @@ def test_nightly_end_to_end_promote_pass_then_drift(tmp_path, subprocess_env):
     arrow = pq.read_table(io.BytesIO(store.read_bytes(key)))
     tampered = pl.from_arrow(arrow).with_columns(pl.col("mean") + 0.25)
     store.write_parquet(key, tampered.to_arrow().replace_schema_metadata(arrow.schema.metadata))
-    third, out = night()
+    # two tiny seeds a side say little about the spread (Welch's t with about one degree of freedom), so this
+    # night sets the accuracy's tolerance by hand; the spread rule is tested on its own above
+    third, out = night("-p", 'tolerances={"accuracy": 0.02}')
     assert third.returncode == 1, out[-4000:]
+    # the Workflow fails with one line naming the cause, from its exit handler (bertology.steps.verdict)
+    status = next(x for x in third.stdout.splitlines() if x.startswith("workflow nightly-regression.yaml: "))
+    assert status.startswith("workflow nightly-regression.yaml: Failed: main: Error (exit code 1): regress failed: "
+                             "results drifted from baseline 'nightly': 1 of 1 rows differ from the baseline "
+                             "(1 DRIFT): rte accuracy reversed "), status
     original = baseline["mean"][0]
     line = next(x for x in third.stdout.splitlines() if "reversed" in x and "DRIFT" in x)
     line = line.removeprefix("[regress] ")  # the local runner's prefix

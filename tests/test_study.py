@@ -64,7 +64,11 @@ def test_the_tiny_preset_keeps_sst2_and_the_first_other_task_and_says_so():
     spec, changes = StudySpec.from_params("s", {"preset": "tiny"})
     assert spec.tasks == ("sst2", "cola")
     assert any(c.startswith("tasks: ") and "(first 2)" in c for c in changes)
-    assert StudySpec.from_params("s", {"preset": "tiny", "tasks": '["rte", "cola", "stsb"]'})[0].tasks == ("rte", "cola")
+    # a study's own tasks (marked default:) are cut to two; tasks the user passed are kept as passed
+    assert StudySpec.from_params("s", {"preset": "tiny", "tasks": 'default:["rte", "cola", "stsb"]'})[0].tasks \
+        == ("rte", "cola")
+    assert StudySpec.from_params("s", {"preset": "tiny", "tasks": '["rte", "cola", "stsb"]'})[0].tasks \
+        == ("rte", "cola", "stsb")
     assert StudySpec.from_params("s", {"preset": "tiny", "tasks": '["rte"]'})[0].tasks == ("rte",)
     assert len(StudySpec.from_params("s", {})[0].tasks) == 9  # the report's nine GLUE tasks
 
@@ -82,10 +86,10 @@ def test_regime_parameters_reach_every_run():
 def test_tiny_scales_a_study_size_factor_onto_its_own_count_and_a_users_count_wins():
     # partial-reinit's sizes ("100%, 10%, 1% and ~670 examples"): under tiny the first two, at 128 and 13
     # examples, not the whole synthetic training set (issue: tiny partial-reinit took 8.5 min)
-    spec, changes = StudySpec.from_params("s", {"preset": "tiny", "sizes": '[1, 0.1, 0.01, {"count": 670}]'})
+    spec, changes = StudySpec.from_params("s", {"preset": "tiny", "sizes": 'default:[1, 0.1, 0.01, {"count": 670}]'})
     assert spec.sizes == ((None, 128), (None, 13))
     assert 'sizes: [1, 0.1] -> [{"count": 128}, {"count": 13}] (scaled onto the preset\'s 128 examples)' in changes
-    assert StudySpec.from_params("s", {"preset": "tiny", "sizes": '[{"count": 20}]'})[0].sizes == ((None, 20),)
+    assert StudySpec.from_params("s", {"preset": "tiny", "sizes": 'default:[{"count": 20}]'})[0].sizes == ((None, 20),)
     # count and fraction are never passed by a workflow: given, they are the user's, and win over the preset
     assert StudySpec.from_params("s", {"preset": "tiny", "count": "100"})[0].sizes == ((None, 100),)
     assert StudySpec.from_params("s", {"preset": "tiny", "fraction": "0.5"})[0].sizes == ((0.5, None),)

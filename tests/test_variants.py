@@ -94,8 +94,9 @@ def test_a_variant_regime_overrides_the_study_regime_and_a_variant_model_runs_on
 
 
 def test_tiny_preset_stands_in_for_hub_models_and_says_so():
-    spec, changes = StudySpec.from_params("s", {"preset": "tiny", "reference": "GroNLP/bert-base-dutch-cased",
-                                                "variants": json.dumps([
+    # a study's own references (its Workflow's `default:` values); one a user passes is kept as given
+    spec, changes = StudySpec.from_params("s", {"preset": "tiny", "reference": "default:GroNLP/bert-base-dutch-cased",
+                                                "variants": "default:" + json.dumps([
         {"name": "english", "interventions": [{"name": "swap-embeddings",
                                                 "params": {"donor": "google-bert/bert-base-uncased"}}]},
         {"name": "distil", "model": "distilbert/distilbert-base-uncased"}])})

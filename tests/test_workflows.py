@@ -41,9 +41,10 @@ def test_gpu_steps_request_a_gpu_and_retry_only_transient_failures():
     for name, template in steps.items():
         if "container" in template:
             retry = template["retryStrategy"]
-            assert retry["expression"] == ('asInt(lastRetry.exitCode) == 75 || asInt(lastRetry.exitCode) == 137 '
-                                           '|| lastRetry.status == "Error"'), name
-            assert "maxDuration" not in retry.get("backoff", {}), name  # a window from the first attempt
+            assert retry["expression"] == ('!(lastRetry.message contains "longer than the specified deadline") && '
+                                           '(lastRetry.status == "Error" || asInt(lastRetry.exitCode) in [-1, 75, 137])'), name
+            assert "backoff" not in retry, name  # waited out before the policy is read; holds the GPU lock
+            assert template["activeDeadlineSeconds"], name  # every pod has a deadline
             assert template["container"]["securityContext"]["readOnlyRootFilesystem"] is True
 
 

@@ -154,7 +154,9 @@ def _step_errors(result, workdir: Path) -> list[str]:
         cause = ([x for x in printed if x.startswith("transient error")] or printed or [""])[-1]
         cause = cause.replace("transient error (will be retried)", "transient error")  # it was, in vain
         tries = f" ({node.attempts} attempts)" if node.attempts > 1 else ""
-        lines.append(f"{node.name}: " + ": ".join(filter(None, [(node.message or node.phase) + tries, cause])))
+        last = node.tries[-1].message if node.tries and node.tries[-1].message != node.message else ""
+        what = "; ".join(filter(None, [last, node.message])) or node.phase
+        lines.append(f"{node.name}: " + ": ".join(filter(None, [what + tries, cause])))
     return lines
 
 
@@ -182,7 +184,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.templates and not templates.is_dir():
         raise BadInput(f"--templates '{args.templates}' is not a directory")
     parallelism, semaphores = _local_limits(args)
-    _mark_explicit(workflow, params, templates)
     if args.dry_run:
         return _dry_run(workflow, params, templates, args, semaphores)
     project_root = _project_root(workflow, Path(args.templates) if args.templates else None)
@@ -209,7 +210,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     status = "Succeeded" if result.exit_code == 0 else "Failed"
-    print(f"workflow {workflow.name}: {status}", flush=True)
+    # status.message, as `argo list` shows it (a DAG's failure has none; an exit handler's has its line)
+    print(f"workflow {workflow.name}: {status}" + (f": {result.message}" if result.message else ""), flush=True)
     for line in _step_errors(result, workdir):
         print(line, file=sys.stderr)
     report = _report_location(result, store)
@@ -225,23 +227,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(line)
         print(f"report: {location}", flush=True)
     return result.exit_code
-
-
-def _mark_explicit(workflow: Path, params: dict[str, str], templates: Path) -> None:
-    """Tell plan which study parameters the user set (-p, -f): a preset leaves them as set (study
-    parameter `explicit`). Only for a workflow that declares `explicit`, and never over the user's own."""
-    from bertology.argo.runner import prepare
-    from bertology.study import NOT_EXPLICIT, PARAMS
-
-    named = sorted(name for name in params if name in PARAMS and name not in NOT_EXPLICIT)
-    if not named or "explicit" in params:
-        return
-    try:
-        declared = prepare(workflow, params=params, templates_dir=templates).values
-    except BadInput as e:
-        raise _with_hint(e, templates) from None
-    if "explicit" in declared:
-        params["explicit"] = json.dumps(named)
 
 
 def _stop(signum, frame) -> None:

@@ -157,7 +157,10 @@ class Store:
     def exists(self, key: str) -> bool: raise NotImplementedError
     def read_bytes(self, key: str) -> bytes: raise NotImplementedError
     def write_bytes(self, key: str, data: bytes) -> None: raise NotImplementedError
-    def list(self, prefix: str) -> list[str]: raise NotImplementedError
+    def sizes(self, prefix: str) -> dict[str, int]: raise NotImplementedError  # key -> bytes, from one listing
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted(self.sizes(prefix))
     def modified(self, key: str) -> float: raise NotImplementedError  # POSIX seconds of the last write
     def delete_prefix(self, prefix: str) -> None: raise NotImplementedError
     def delete_key(self, key: str) -> None: raise NotImplementedError
@@ -179,9 +182,7 @@ class Store:
         self.write_bytes(key, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
 
     def write_parquet(self, key: str, table: pa.Table) -> None:
-        buf = io.BytesIO()
-        pq.write_table(table, buf, compression="zstd", write_page_checksum=True)
-        self.write_bytes(key, buf.getvalue())
+        self.write_bytes(key, parquet_bytes(table))
 
     def read_parquet(self, key: str) -> pa.Table:
         return parse_parquet(self.read_bytes(key), self.url(key))
@@ -295,6 +296,13 @@ class Store:
 _VERIFIED: set[tuple[str, str, bytes]] = set()  # artifacts this process verified (a bundle reads one many times)
 
 
+def parquet_bytes(table: pa.Table) -> bytes:
+    """A table as the store writes Parquet: zstd, with page checksums."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", write_page_checksum=True)
+    return buf.getvalue()
+
+
 def parse_parquet(data: bytes, where: str) -> pa.Table:
     """A Parquet file read whole, page checksums verified where the writer wrote them; an emptied or
     truncated file raises Damaged (naming it) instead of a reader's traceback."""
@@ -346,12 +354,12 @@ class LocalStore(Store):
         finally:
             tmp.unlink(missing_ok=True)
 
-    def list(self, prefix: str) -> list[str]:
+    def sizes(self, prefix: str) -> dict[str, int]:
         base = self._path(prefix)
         if not base.exists():
-            return []
-        return sorted(str(p.relative_to(self.root)) for p in base.rglob("*")
-                      if p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.root).parts))
+            return {}
+        return {str(p.relative_to(self.root)): p.stat().st_size for p in base.rglob("*")
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.root).parts)}
 
     def modified(self, key: str) -> float:
         try:
@@ -539,15 +547,15 @@ class S3Store(Store):
         with self._errors(key):  # a PUT is atomic: readers see the whole object or none
             self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
 
-    def list(self, prefix: str) -> list[str]:
-        keys: list[str] = []
+    def sizes(self, prefix: str) -> dict[str, int]:
+        found: dict[str, int] = {}
         root = self._key(prefix)
+        strip = len(self.prefix) + 1 if self.prefix else 0
         with self._errors(prefix):
             for page in self.client.get_paginator("list_objects_v2").paginate(
                     Bucket=self.bucket, Prefix=root + "/" if root else ""):
-                keys += [o["Key"] for o in page.get("Contents", [])]
-        strip = len(self.prefix) + 1 if self.prefix else 0
-        return sorted(k[strip:] for k in keys)
+                found.update({o["Key"][strip:]: o["Size"] for o in page.get("Contents", [])})
+        return found
 
     def delete_prefix(self, prefix: str) -> None:
         keys = self.list(prefix)

@@ -108,14 +108,25 @@ PARAMS: dict[str, tuple[str, str]] = {
     "log_every": ("int", "50"),
     # experiment tracking of each fine-tune: wandb, mlflow or tensorboard; empty: none (never part of a run id)
     "tracker": ("optional-str", ""),
-    # the parameters the submitter set by hand (-p, -f): a preset leaves them as set. `bertology run` fills
-    # it in; with argo submit, list them yourself, e.g. -p explicit='["lr"]'
-    "explicit": ("json-list", "[]"),
     # keep every run's fine-tuned weights in the store (~440 MB a run at BERT-base size); by default only a
     # sequential run's intermediate run keeps them (its final runs start from them)
     "keep_weights": ("bool", "false"),
+    # seconds a step's pod may run, by step, over plan's estimate (bertology.steps.timing); {}: the estimate
+    "deadlines": ("json-object", "{}"),
 }
-NOT_EXPLICIT = ("preset", "explicit")  # what `explicit` cannot name
+NOT_EXPLICIT = ("preset",)  # the one parameter a preset never replaces: the preset itself
+# A study Workflow writes its own defaults as `default:VALUE`. Argo hands plan only the final values, so
+# this mark is what tells a default (which a preset may replace) from a value the submitter passed with
+# `-p` or `--parameter-file` (which it never replaces): `argo submit` and `bertology run` alike.
+DEFAULT_MARK = "default:"
+
+
+def unmark(text: str) -> tuple[str, bool]:
+    """(the value, whether it is a Workflow default) of a raw study parameter."""
+    stripped = text.strip()
+    if stripped.startswith(DEFAULT_MARK):
+        return stripped[len(DEFAULT_MARK):].strip(), True
+    return stripped, False
 REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
                  "eval_every", "reference", "checkpoint_every", "log_every", "compile",
                  "tracker")
@@ -151,8 +162,9 @@ class StudySpec:
     gpu_concurrency: int = 1  # a pod's runs fine-tuned at once (separate processes); not part of the id
 
     keep_weights: bool = False  # keep every run's fine-tuned weights (else only intermediate runs keep them)
+    deadlines: dict = dataclasses.field(default_factory=dict)  # step -> seconds, over plan's estimates
 
-    OPERATIONAL = ("bundle", "gpu_concurrency")  # how the work is executed: neither in to_dict nor in ids
+    OPERATIONAL = ("bundle", "gpu_concurrency", "deadlines")  # how the work is executed: neither in to_dict nor in ids
 
     @classmethod
     def from_params(cls, name: str, raw: dict[str, str]) -> tuple[StudySpec, list[str]]:
@@ -161,15 +173,14 @@ class StudySpec:
         unknown = sorted(set(raw) - set(PARAMS))
         if unknown:
             raise BadInput(f"unknown study parameter '{unknown[0]}' (known: {', '.join(PARAMS)})")
+        marked = {k: unmark(v) for k, v in raw.items()}
+        raw = {k: value for k, (value, _) in marked.items()}
+        # set by hand: a value without the default mark (an empty one means the default)
+        explicit = {k for k, (value, default) in marked.items() if value and not default and k not in NOT_EXPLICIT}
         values = {k: typed_param(k, raw.get(k, "").strip() or default) for k, (_, default) in PARAMS.items()}
         preset = values["preset"]
         if preset not in PRESETS:
             raise BadInput(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
-        explicit = set(values.pop("explicit"))
-        wrong = sorted(explicit - (set(PARAMS) - set(NOT_EXPLICIT)))
-        if wrong:
-            raise BadInput(f"parameter 'explicit' names '{wrong[0]}', which is not a study parameter a preset "
-                           f"sets (allowed: {', '.join(k for k in PARAMS if k not in NOT_EXPLICIT)})")
         _check_values(values)  # every value as given, before a preset replaces any
         if values["sizes"] and (values["fraction"] is not None or values["count"] is not None):
             raise BadInput(f"give sizes or a single fraction/count, not both (sizes={_show(raw.get('sizes'))}, "
@@ -200,7 +211,8 @@ class StudySpec:
                    intermediates=tuple(dict.fromkeys(values["intermediates"])),
                    eval_count=values["eval_count"], doc_stride=values["doc_stride"], task_settings=task_settings,
                    not_applied=tuple(p for p in not_applied if p[1] in values["models"]), bundle=values["bundle"],
-                   gpu_concurrency=values["gpu_concurrency"], keep_weights=values["keep_weights"])
+                   gpu_concurrency=values["gpu_concurrency"], keep_weights=values["keep_weights"],
+                   deadlines=values["deadlines"])
         spec._check_shape()
         for variant in spec.variants:
             for task in (None, *spec.task_settings):
@@ -567,6 +579,10 @@ def typed_param(name: str, text: str) -> Any:
                            f"or an integer >= 0 (one fixed draw), got {text!r}")
         return value
     if kind == "task-settings":
+        return value
+    if kind == "json-object":
+        if not isinstance(value, dict):
+            raise BadInput(f"parameter '{name}' must be a JSON object such as {{\"key\": 1}}, got {text!r}")
         return value
     if kind == "sizes":
         return _sizes(value, text)

@@ -5,10 +5,14 @@ Follows, in argoproj/argo-workflows (v3.6 to v4.1):
   workflow's `spec.parallelism` caps its Pending or Running pods; a pod waiting for a lock does not count.
   (Template-level `parallelism` on a DAG is refused by the runner; the validator refuses it on a leaf.)
 - `executeTemplate` and workflow/sync (semaphore.go): a template's `synchronization.semaphores` are
-  acquired before its pod is created, all of them; a node that cannot get them waits (phase Pending,
-  "Waiting for <lock> lock"). The limit is the integer in ConfigMap key `<name>/<key>`. There is no
+  acquired before its pod is created, all of them, and held until its node is fulfilled (a Retry node:
+  through every attempt and backoff wait); a node that cannot get them waits (phase Pending,
+  "Waiting for <lock> lock"). The pod cap applies to each attempt's pod. The limit is the integer in ConfigMap key `<name>/<key>`. There is no
   ConfigMap locally: `bertology run --semaphore NAME/KEY=N` sets a limit, and an unset one is 1 (this
   machine is one device), said in the run's first lines.
+
+A node still waiting when the Workflow's activeDeadlineSeconds passes gives up its place and fails
+(deadlines.py: operator.go `failNodesWithoutCreatedPodsAfterDeadlineOrShutdown`).
 
 Locally, waiters are served in tree order (depth first: a started cell finishes before the next starts),
 so a run at parallelism 1 is reproducible; Argo orders a lock's waiters by workflow priority, then age.
@@ -18,10 +22,15 @@ from __future__ import annotations
 
 import heapq
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 DEFAULT_SEMAPHORE_LIMIT = 1
+
+
+class DeadlinePassed(Exception):
+    """The Workflow's deadline passed while a node waited for a lock or a parallelism slot."""
 
 
 class OrderedPool:
@@ -52,13 +61,21 @@ class OrderedPool:
                 self._cond.notify_all()
 
     @contextmanager
-    def hold(self, key: tuple[int, ...]) -> Iterator[None]:
+    def hold(self, key: tuple[int, ...], deadline: float | None = None) -> Iterator[None]:
         with self._cond:
             if key in self._reserved:
                 self._reserved.discard(key)
             else:
                 heapq.heappush(self._waiting, key)
-            self._cond.wait_for(lambda: self._free > 0 and self._waiting[0] == key)
+            ready = lambda: self._free > 0 and self._waiting[0] == key
+            while not ready():
+                left = None if deadline is None else deadline - time.time()
+                if left is not None and left <= 0:
+                    self._waiting.remove(key)
+                    heapq.heapify(self._waiting)
+                    self._cond.notify_all()
+                    raise DeadlinePassed(self.name)
+                self._cond.wait(left)
             heapq.heappop(self._waiting)
             self._free -= 1
             self._cond.notify_all()
@@ -96,11 +113,23 @@ class Limits:
                 self._semaphores[name] = OrderedPool(self._limits.get(name, DEFAULT_SEMAPHORE_LIMIT), name)
             return self._semaphores[name]
 
+    def reserve(self, key: tuple[int, ...], semaphores: list[str]) -> None:
+        """A fan-out child's place in line, before its thread starts: in its semaphores' queues (a node waiting
+        for a lock holds no pod slot), else in the pod queue."""
+        for pool in [self.semaphore(name) for name in semaphores] or [self.pods]:
+            pool.reserve(key)
+
+    def cancel(self, key: tuple[int, ...], semaphores: list[str]) -> None:
+        for pool in [self.semaphore(name) for name in semaphores] or [self.pods]:
+            pool.cancel(key)
+
     @contextmanager
-    def hold(self, key: tuple[int, ...], semaphores: list[str]) -> Iterator[None]:
-        """The template's locks first (a waiting pod is not active), then a place under parallelism."""
+    def locks(self, key: tuple[int, ...], semaphores: list[str], deadline: float | None = None) -> Iterator[None]:
+        """The template's semaphores, for the node's whole life: the controller acquires them for the node
+        (operator.go executeTemplate: TryAcquire with the node's id, which for a template with a
+        retryStrategy is the Retry node's) and releases them once it is fulfilled, so a Retry node keeps
+        them through its backoff waits (upstream #9875). Raises DeadlinePassed as `hold`."""
         with ExitStack() as stack:
             for name in sorted(semaphores):
-                stack.enter_context(self.semaphore(name).hold(key))
-            stack.enter_context(self.pods.hold(key))
+                stack.enter_context(self.semaphore(name).hold(key, deadline))
             yield

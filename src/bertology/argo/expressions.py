@@ -4,8 +4,13 @@ Both are `&&` / `||` / `!` / parentheses over atoms; only the atoms differ. Pars
 validator and the local runner refuse (by name) anything Argo would read differently.
 
 depends atoms:  `task` or `task.Result`. A bare `task` means `(task.Succeeded || task.Skipped ||
-task.Daemoned)`, as in Argo's enhanced depends logic.
-retry atoms:    `asInt(lastRetry.exitCode) == N` and `lastRetry.status == "Error"|"Failed"|"Succeeded"`.
+task.Daemoned)`, as in Argo's enhanced depends logic, plus `task.Errored` / `task.Failed` when the task
+has `continueOn` error / failed (workflow/common/ancestry.go `expandDependency`).
+retry atoms:    comparisons over the variables operator.go `buildRetryStrategyLocalScope` gives the expression
+                (expr-lang, with `asInt` = expr's `int`, util/expr/env/env.go `GetFuncMap`):
+                `asInt(lastRetry.exitCode) == N` / `!= N` / `in [N, ...]` (the exit code is a string, "-1"
+                when the pod has none: a pod the kubelet rejected, or one deleted before it ran),
+                `lastRetry.status == "Error"|"Failed"` / `!=`, and `lastRetry.message contains "TEXT"`.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ TASK_RESULTS = (
     "AllFailed",
 )
 RETRY_SUBSET = (
-    'asInt(lastRetry.exitCode) == N, lastRetry.status == "Error"|"Failed"|"Succeeded", joined by && and ||'
+    'asInt(lastRetry.exitCode) == N | != N | in [N, ...], lastRetry.status == | != "Error"|"Failed"|"Succeeded", '
+    'lastRetry.message contains "TEXT", joined by &&, || and !'
 )
 
 
@@ -54,8 +60,9 @@ class TaskAtom:
 
 @dataclass(frozen=True)
 class RetryAtom:
-    field: str  # "exitCode" or "status"
-    value: int | str
+    field: str  # "exitCode", "status" or "message"
+    op: str  # "==", "!=", "in" (exitCode) or "contains" (message)
+    value: int | str | tuple[int, ...]
 
 
 Expr = Not | BoolOp | TaskAtom | RetryAtom
@@ -177,11 +184,12 @@ class TaskOutcome:
 
     phase: str  # an Argo node phase: Succeeded | Failed | Error | Skipped | Omitted
     children: tuple[str, ...] | None = None  # None: not a fan-out
+    continue_on: tuple[str, ...] = ()  # the phases of the task's continueOn: Failed, Error
 
 
 def task_result(outcome: TaskOutcome, result: str | None) -> bool:
-    if result is None:
-        return outcome.phase in ("Succeeded", "Skipped")  # Daemoned never happens locally
+    if result is None:  # Daemoned never happens locally
+        return outcome.phase in ("Succeeded", "Skipped", *outcome.continue_on)
     if result == "AnySucceeded":
         return any(p == "Succeeded" for p in outcome.children or ())
     if result == "AllFailed":
@@ -205,17 +213,25 @@ def evaluate_depends(expr: Expr, outcomes: dict[str, TaskOutcome]) -> bool:
     return evaluate(expr, lambda a: task_result(outcomes[a.task], a.result))  # type: ignore[union-attr]
 
 
-_EXIT_ATOM = re.compile(r"^asInt\(\s*lastRetry\.exitCode\s*\)\s*==\s*(-?\d+)$")
-_STATUS_ATOM = re.compile(r"""^lastRetry\.status\s*==\s*(?:"([A-Za-z]+)"|'([A-Za-z]+)')$""")
+_INT = r"-?\d+"
+_STRING = r"""(?:"([^"]*)"|'([^']*)')"""
+_EXIT_ATOM = re.compile(rf"^asInt\(\s*lastRetry\.exitCode\s*\)\s*(==|!=)\s*({_INT})$")
+_EXIT_IN = re.compile(rf"^asInt\(\s*lastRetry\.exitCode\s*\)\s+in\s*\[\s*({_INT}(?:\s*,\s*{_INT})*)\s*\]$")
+_STATUS_ATOM = re.compile(rf"^lastRetry\.status\s*(==|!=)\s*{_STRING}$")
+_MESSAGE_ATOM = re.compile(rf"^lastRetry\.message\s+contains\s+{_STRING}$")
 
 
 def _retry_atom(token: str) -> RetryAtom:
     if match := _EXIT_ATOM.match(token):
-        return RetryAtom("exitCode", int(match.group(1)))
+        return RetryAtom("exitCode", match.group(1), int(match.group(2)))
+    if match := _EXIT_IN.match(token):
+        return RetryAtom("exitCode", "in", tuple(int(n) for n in re.findall(_INT, match.group(1))))
     if match := _STATUS_ATOM.match(token):
-        status = match.group(1) or match.group(2)
+        status = match.group(2) if match.group(2) is not None else match.group(3)
         if status in ("Error", "Failed", "Succeeded"):
-            return RetryAtom("status", status)
+            return RetryAtom("status", match.group(1), status)
+    if match := _MESSAGE_ATOM.match(token):
+        return RetryAtom("message", "contains", match.group(1) if match.group(1) is not None else match.group(2))
     raise ExpressionError(f"unsupported retryStrategy.expression term {token!r} (supported: {RETRY_SUBSET})")
 
 
@@ -223,13 +239,18 @@ def parse_retry(text: str) -> Expr:
     return _parse(text, _retry_atom)
 
 
-def evaluate_retry(expr: Expr, exit_code: int | None, status: str) -> bool:
-    """`status` is Argo's lastRetry.status: Succeeded, Failed (non-zero exit) or Error."""
+def evaluate_retry(expr: Expr, exit_code: int | None, status: str, message: str = "") -> bool:
+    """Argo's lastRetry: `status` Failed (non-zero exit, or a pod the kubelet failed) or Error; `exit_code`
+    None when the pod has none, which Argo passes as "-1"; `message` the node's message."""
+    code = -1 if exit_code is None else exit_code
 
     def atom(a: Expr) -> bool:
         assert isinstance(a, RetryAtom)
-        if a.field == "exitCode":
-            return exit_code is not None and exit_code == a.value
-        return status == a.value
+        if a.field == "message":
+            return str(a.value) in message
+        if a.op == "in":
+            return code in a.value  # type: ignore[operator]
+        left = code if a.field == "exitCode" else status
+        return (left == a.value) == (a.op == "==")
 
     return evaluate(expr, atom)

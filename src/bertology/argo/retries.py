@@ -1,16 +1,19 @@
 """retryStrategy as Argo decides it, attempt by attempt.
 
 Follows workflow/controller/operator.go `processNodeRetries` (v3.6 to v4.1), in its order:
+0. past the Workflow's activeDeadlineSeconds no retry is made ("retry exceeded workflow deadline <time>");
 1. `backoff.maxDuration` is a window from the first attempt's start, not a cap on each wait: once it has
    passed, a failure ends the node ("Max duration limit exceeded"); a retry whose wait would end after it
    is not made ("Backoff would exceed max duration limit"); retry attempts are given the window's end as
-   their deadline (`opts.executionDeadline`, the pod's activeDeadlineSeconds), the first attempt none;
+   their deadline (`opts.executionDeadline`), the first attempt none;
 2. the wait before attempt n+1 is `duration × factor^(n-1)` after the last attempt finished (factor an
-   integer; no wait when `limit` is unset), at most `cap` (v3.7+);
+   integer; no wait when `limit` is unset), at most `cap` (v3.7+). The wait comes BEFORE steps 3 to 5:
+   a failure that the policy, the limit or the expression will not retry still waits out the backoff
+   before its node fails (unless the limit is already used up);
 3. `retryPolicy` (`RetryPolicyActual`: OnFailure by default, Always when an expression is given);
 4. `limit`: attempts = limit + 1;
 5. `expression`, ANDed with the policy, over `lastRetry.exitCode` (a string, "-1" when there is none),
-   `lastRetry.status`, `lastRetry.duration`, `retries`.
+   `lastRetry.status`, `lastRetry.message` (buildRetryStrategyLocalScope), in expr-lang.
 
 Exit codes: cmd/argoexec/commands/emissary.go `exitCodeFromErr` reports a process killed by any signal as
 137, as `exit_code` does with a local process's negative return code.
@@ -19,6 +22,7 @@ Exit codes: cmd/argoexec/commands/emissary.go `exitCodeFromErr` reports a proces
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +64,7 @@ class Attempt:
 @dataclass(frozen=True)
 class Decision:
     retry: bool
-    wait_s: float = 0.0
+    wait_s: float = 0.0  # waited before the retry, or before the node ends (step 2 comes first)
     message: str = ""  # why the node ends, as Argo's node message
     deadline: float | None = None  # the next attempt's deadline (maxDuration), same clock as Attempt
 
@@ -112,29 +116,35 @@ class RetryStrategy:
             wait = self.duration_s * self.factor ** (attempts - 1)
         return min(wait, self.cap_s) if self.cap_s is not None else wait
 
-    def decide(self, attempts: list[Attempt], now: float) -> Decision:
-        """After the last of `attempts` failed: retry (after how long, until when) or end the node."""
+    def decide(self, attempts: list[Attempt], now: float, workflow_deadline: float | None = None) -> Decision:
+        """After the last of `attempts` failed: retry or end the node, each after `wait_s`."""
         last = attempts[-1]
+        if workflow_deadline is not None and now > workflow_deadline:
+            return Decision(False, message=f"retry exceeded workflow deadline {go_time(workflow_deadline)}")
         deadline = None
+        wait = 0.0
         if self.duration_s is not None:
             if self.max_duration_s is not None:
                 deadline = attempts[0].started + self.max_duration_s
                 if now > deadline:
                     return Decision(False, message="Max duration limit exceeded")
-            wait = self.wait_before(len(attempts))
-            if deadline is not None and last.finished + wait > deadline:
+            waiting_deadline = last.finished + self.wait_before(len(attempts))
+            if deadline is not None and waiting_deadline > deadline:
                 return Decision(False, message="Backoff would exceed max duration limit")
-        else:
-            wait = 0.0
-        if self.limit is None:
-            wait = 0.0  # the backoff wait is only taken when a limit is set
+            if now < waiting_deadline and self.limit is not None and len(attempts) <= self.limit:
+                wait = waiting_deadline - now
         retry_failed = self.policy in ("Always", "OnFailure")
         retry_error = self.policy in ("Always", "OnError")
         if (last.phase == "Failed" and not retry_failed) or (last.phase == "Error" and not retry_error):
-            return Decision(False, message=last.message)
+            return Decision(False, wait, message=last.message)
         if self.limit is not None and len(attempts) > self.limit:
-            return Decision(False, message="No more retries left")
-        if self.expression and not evaluate_retry(parse_retry(self.expression),
-                                                         -1 if last.exit_code is None else last.exit_code, last.phase):
-            return Decision(False, message="retryStrategy.expression evaluated to false")
-        return Decision(True, wait_s=max(0.0, last.finished + wait - now), deadline=deadline)
+            return Decision(False, wait, message="No more retries left")
+        if self.expression and not evaluate_retry(parse_retry(self.expression), last.exit_code, last.phase,
+                                                  last.message):
+            return Decision(False, wait, message="retryStrategy.expression evaluated to false")
+        return Decision(True, wait_s=wait, deadline=deadline)
+
+
+def go_time(seconds: float) -> str:
+    """A UTC time as Go's time.Time String() prints it (fmt `%s` of a time.Time), to the second."""
+    return time.strftime("%Y-%m-%d %H:%M:%S +0000 UTC", time.gmtime(seconds))

@@ -11,17 +11,22 @@ Each Argo behaviour the YAML depends on lives in its own module, which names the
 - retries.py       retryStrategy: policy, expression, limit, backoff and maxDuration (processNodeRetries)
 - concurrency.py   spec.parallelism and synchronization.semaphores
 - expressions.py   the `depends` and retry-expression languages
+- deadlines.py     activeDeadlineSeconds of a template and of the Workflow
+- termination.py   a step's termination message in its node's message (inferFailedReason)
+- exit_handler.py  spec.onExit, workflow.status / workflow.failures, the Workflow's phase and message
 
-The one path rewrite: each node gets its own directory under the run's work directory, and every
+The path rewrites: each node gets its own directory under the run's work directory, and every
 occurrence of the literal path prefix `/tmp/outputs` in a container's command, args and env values and in
 its output parameters' `valueFrom.path` points there, so two fan-out children writing
-"/tmp/outputs/x.json" never clash, as two pods would not. The node's output is kept in `log.txt` there.
+"/tmp/outputs/x.json" never clash, as two pods would not; /dev/termination-log in an env value points to
+the node's `termination-log` file. The node's output is kept in `log.txt` there.
 
 Anything outside what is emulated is refused by name (ALLOWED, and the checks below) before anything runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -40,8 +45,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertology.argo import fanout
-from bertology.argo.concurrency import Limits, semaphore_names
+from bertology.argo import dag as dags
+from bertology.argo import deadlines, exit_handler, fanout, termination
+from bertology.argo.concurrency import DeadlinePassed, Limits, semaphore_names
 from bertology.argo.dag import FAILED, dag_phase
 from bertology.argo.expressions import (
     ExpressionError,
@@ -73,7 +79,6 @@ _SCHEDULING = (
     "tolerations",
     "affinity",
     "securityContext",
-    "activeDeadlineSeconds",
     "serviceAccountName",
     "automountServiceAccountToken",
     "volumes",
@@ -84,7 +89,8 @@ _SCHEDULING = (
 # object -> (executed, accepted and ignored)
 ALLOWED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "workflow spec": (
-        ("entrypoint", "arguments", "templates", "workflowTemplateRef", "parallelism"),
+        ("entrypoint", "arguments", "templates", "workflowTemplateRef", "parallelism", "activeDeadlineSeconds",
+         "onExit"),
         _SCHEDULING
         + (
             "podGC",
@@ -104,7 +110,7 @@ ALLOWED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "workflow parameter valueFrom": (("configMapKeyRef", "default"), ()),
     "workflowTemplateRef": (("name",), ()),
     "template": (
-        ("name", "inputs", "outputs", "container", "dag", "retryStrategy", "synchronization"),
+        ("name", "inputs", "outputs", "container", "dag", "retryStrategy", "synchronization", "activeDeadlineSeconds"),
         _SCHEDULING,
     ),
     "synchronization": (("semaphores", "semaphore"), ()),
@@ -121,14 +127,16 @@ ALLOWED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "env valueFrom": (("secretKeyRef", "configMapKeyRef"), ()),
     "dag": (("tasks", "failFast"), ()),
     "dag task": (
-        ("name", "template", "templateRef", "arguments", "depends", "dependencies", "withParam", "withItems"),
+        ("name", "template", "templateRef", "arguments", "depends", "dependencies", "withParam", "withItems",
+         "continueOn"),
         (),
     ),
+    "continueOn": (("failed", "error"), ()),
     "task arguments": (("parameters",), ()),
     "task argument": (("name", "value"), ()),
     "templateRef": (("name", "template"), ()),
     "retryStrategy": (("limit", "retryPolicy", "expression", "backoff"), ()),
-    "backoff": (("duration", "factor", "maxDuration", "cap"), ()),
+    "backoff": (("duration", "factor", "cap"), ()),
 }
 # Why a key is refused, where a reason helps more than the list of supported keys.
 WHY = {
@@ -137,6 +145,10 @@ WHY = {
     ("output parameter", "default"): "Argo ignores it on outputs (only valueFrom.default is read: "
                                      "workflow/executor/executor.go SaveParameters); use valueFrom.default",
     ("dag", "target"): "dag.target is not emulated",
+    ("template", "timeout"): deadlines.REFUSED["timeout"],
+    ("template", "pendingTimeout"): deadlines.REFUSED["pendingTimeout"],
+    ("backoff", "maxDuration"): "its deadline reaches the pod as the executor's ARGO_DEADLINE (workflowpod.go "
+                                "getDeadline), whose node message the local runner does not emulate",
 }
 
 
@@ -177,7 +189,7 @@ def reachable(spec: dict, templates: Source, library: dict[str, Source]) -> list
     does not resolve is BadInput (the validator reports it first; nothing could run)."""
     seen: set[tuple[int, str]] = set()
     out = []
-    stack = [(templates, templates.template(spec["entrypoint"]))]
+    stack = [(templates, templates.template(name)) for name in (spec.get("onExit"), spec["entrypoint"]) if name]
     while stack:
         owner, template = stack.pop()
         if (id(owner.doc), template["name"]) in seen:
@@ -235,6 +247,7 @@ def _template(template: dict, where: str) -> None:
             at = f"'{task.get('name')}' of template {where}"
             _keys(task, "dag task", at)
             _keys(task.get("templateRef"), "templateRef", f"of task {at}")
+            _keys(task.get("continueOn"), "continueOn", f"of task {at}")
             _keys(task.get("arguments"), "task arguments", f"of task {at}")
             _each((task.get("arguments") or {}).get("parameters"), "task argument", f"of task {at}")
 
@@ -272,6 +285,9 @@ class NodeResult:
     attempts: int = 0
     message: str = ""
     outputs: dict[str, str] = field(default_factory=dict)
+    tries: list[Attempt] = field(default_factory=list)  # a container's attempts (its pods), in order
+    retried: bool = False  # a container with a retryStrategy: a Retry node, its attempts its children
+    finished: float | None = None  # when it was fulfilled (epoch seconds)
 
 
 @dataclass
@@ -289,7 +305,8 @@ class PodCall:
 @dataclass
 class RunResult:
     workflow: str
-    phase: str
+    phase: str  # the Workflow's phase: its entry node's, or Failed when only its exit handler failed
+    message: str
     exit_code: int  # 0 succeeded; 2 when a step exited 2 (bad input); 75 when a step still failed transiently
     nodes: dict[str, NodeResult]  # in the order nodes finished
     pods: list[PodCall] = field(default_factory=list)
@@ -360,6 +377,7 @@ class _Run:
         self.limits = limits
         self.max_backoff_s = max_backoff_s
         self.nodes: dict[str, NodeResult] = {}
+        self.graph: dict[str, dags.Node] = {}  # node name -> its node in the node graph (dag.py)
         self.processes: set = set()
         self.zygote = None  # a bertology.argo.zygote.Zygote when python -m steps fork from a warm interpreter
         self.reaper: Reaper | None = None  # kills the running steps' groups if this process dies
@@ -370,6 +388,8 @@ class _Run:
         self._log = log
         self.events: Callable[[RunEvent], None] | None = None  # progress hook (bertology.console)
         self.stopping = False  # set by terminate(): no new attempt starts, no retry follows
+        self.deadlines = deadlines.Deadlines()  # the Workflow's activeDeadlineSeconds (deadlines.py)
+        self.on_exit = False  # running the exit handler: no Workflow deadline applies
 
     def notify(self, event: RunEvent) -> None:
         if self.events is not None:
@@ -379,9 +399,13 @@ class _Run:
         with self._lock:
             self._log(f"[{node}] {text}")
 
-    def record(self, node: NodeResult) -> NodeResult:
+    def record(self, node: NodeResult, graph: dags.Node | None = None) -> NodeResult:
+        """Keep a finished node, and its node in the graph the DAG phase is assessed on (dag.py)."""
+        if node.finished is None:
+            node.finished = time.time()
         with self._lock:
             self.nodes[node.name] = node
+            self.graph[node.name] = graph or dags.Node(node.name, dags.LEAF, node.phase)
         self.notify(RunEvent("finished", node.name, node.phase, message=node.message, exit_code=node.exit_code))
         return node
 
@@ -424,6 +448,7 @@ class _Run:
         depends = {t["name"]: task_dependencies(t) for t in tasks}
         upstream = {n: task_names(expr) for n, expr in depends.items()}
         scope = {**self.globals, **{f"inputs.parameters.{k}": v for k, v in inputs.items()}}
+        continue_on = {t["name"]: _continue_on(t) for t in tasks}
         outcomes: dict[str, TaskOutcome] = {}
         outputs: dict[str, dict[str, str]] = {}
         pending = [t["name"] for t in tasks]
@@ -441,7 +466,7 @@ class _Run:
                     progressed = True
                     node_name = f"{name}.{task_name}" if name else task_name
                     if depends[task_name] is not None and not evaluate_depends(depends[task_name], outcomes):
-                        outcomes[task_name] = TaskOutcome("Omitted")
+                        outcomes[task_name] = TaskOutcome("Omitted", continue_on=continue_on[task_name])
                         self.record(NodeResult(node_name, _template_name(task), "Omitted",
                                                message="omitted: depends condition not met"))
                         continue
@@ -462,12 +487,15 @@ class _Run:
                 break
             task_name, (outcome, task_outputs) = finished.get()
             running -= 1
-            outcomes[task_name] = outcome
+            outcomes[task_name] = dataclasses.replace(outcome, continue_on=continue_on[task_name])
             outputs[task_name] = task_outputs
         assert not pending, pending  # every task is either run or omitted once its dependencies finish
         fail_fast = template["dag"].get("failFast", True) is not False
-        phase = dag_phase([t["name"] for t in tasks], upstream, outcomes, fail_fast)
-        return self.record(NodeResult(name or self.workflow, template["name"], phase))
+        node = dags.Node(name or self.workflow, dags.DAG, "")
+        prefix = f"{name}." if name else ""
+        node.phase = dag_phase(node, [t["name"] for t in tasks], upstream,
+                               {t["name"]: self.graph[prefix + t["name"]] for t in tasks}, fail_fast, continue_on)
+        return self.record(NodeResult(node.name, template["name"], node.phase), node)
 
     def task(self, task: dict, source: Source, name: str, scope: dict[str, str],
              key: tuple[int, ...]) -> tuple[TaskOutcome, dict[str, str]]:
@@ -507,11 +535,12 @@ class _Run:
                 self.emit(names[i], f"Error: {type(e).__name__}: {e}")
                 children[i] = NodeResult(names[i], template["name"], "Error", message=str(e))
             finally:
-                self.limits.pods.cancel(key + (i,))
+                self.limits.cancel(key + (i,), locks)
 
-        if template.get("container") is not None and not semaphore_names(template):
+        locks = semaphore_names(template)
+        if template.get("container") is not None:
             for i in range(len(items)):
-                self.limits.pods.reserve(key + (i,))
+                self.limits.reserve(key + (i,), locks)
         for thread in [_spawn(lambda i=i: run_child(i)) for i in range(len(items))]:
             thread.join()
         phases = tuple(c.phase for c in children)
@@ -520,7 +549,8 @@ class _Run:
         outputs = fanout.aggregate_outputs([(c.phase, c.outputs) for c in children], declared)
         succeeded = sum(p == "Succeeded" for p in phases)
         self.record(NodeResult(name, template["name"], phase, outputs=outputs,
-                               message=f"{succeeded}/{len(items)} children succeeded"))
+                               message=f"{succeeded}/{len(items)} children succeeded"),
+                    dags.Node(name, dags.TASK_GROUP, phase, [self.graph[n] for n in names]))
         return TaskOutcome(phase, children=phases), outputs
 
     # -- container (retries.py, concurrency.py)
@@ -533,10 +563,36 @@ class _Run:
         log_path = node_dir / "log.txt"
         log_path.write_text("")
         strategy = RetryStrategy.parse(template.get("retryStrategy"))
-        semaphores = semaphore_names(template)
         attempts: list[Attempt] = []
+        # backoff waits are shortened locally, except in a workflow with a deadline (deadlines.py)
+        max_backoff_s = self.max_backoff_s if self.deadlines.workflow is None else float("inf")
+        workflow_deadline = None if self.on_exit else self.deadlines.workflow
+        try:
+            locks = self.limits.locks(key, semaphore_names(template), workflow_deadline)
+            locks.__enter__()
+        except DeadlinePassed:  # waited for a lock past the Workflow's deadline: no pod was made
+            self.emit(node_name, f"Failed ({deadlines.WORKFLOW_MESSAGE})")
+            return self.record(NodeResult(node_name, template["name"], "Failed", message=deadlines.WORKFLOW_MESSAGE))
+        try:
+            result = self._attempts(template, node_name, node_dir, out_dir, log_path, inputs, key, strategy,
+                                    attempts, max_backoff_s, workflow_deadline)
+        except _NodeError as e:
+            self.emit(node_name, f"Error: {e}")
+            return self.record(NodeResult(node_name, template["name"], "Error", attempts=len(attempts), message=str(e)))
+        finally:
+            locks.__exit__(None, None, None)
+        if result.phase == "dry run":
+            return self.record(dataclasses.replace(result, phase="Succeeded"))
+        self.emit(node_name, f"{result.phase}" + (f" ({result.message})" if result.message else ""))
+        result.tries, result.retried = attempts, strategy is not None
+        graph = dags.retry_node(node_name, result.phase, [a.phase for a in attempts]) if strategy is not None else None
+        return self.record(result, graph)
+
+    def _attempts(self, template: dict, node_name: str, node_dir: Path, out_dir: Path, log_path: Path,
+                  inputs: dict[str, str], key: tuple[int, ...], strategy: RetryStrategy | None,
+                  attempts: list[Attempt], max_backoff_s: float, workflow_deadline: float | None) -> NodeResult:
+        """The node's pods, one attempt after another as its retryStrategy decides (retries.py)."""
         skipped_s = 0.0  # backoff Argo would wait that the local run did not: Argo's clock runs ahead by this
-        deadline = None
         while True:
             scope = {
                 **self.globals,
@@ -544,51 +600,59 @@ class _Run:
                 "pod.name": _pod_name(self.workflow, node_name),
                 "retries": str(len(attempts)),
             }
-            try:
-                container = _render(template["container"], scope)
-                outputs = _render((template.get("outputs") or {}).get("parameters") or [], scope)
-            except _NodeError as e:
-                self.emit(node_name, f"Error: {e}")
-                return self.record(NodeResult(node_name, template["name"], "Error", attempts=len(attempts), message=str(e)))
+            # a template that cannot be rendered raises _NodeError: no pod (container() records the node)
+            container = _render(template["container"], scope)
+            outputs = _render((template.get("outputs") or {}).get("parameters") or [], scope)
+            own_deadline = _render(template.get("activeDeadlineSeconds"), scope)
             argv = [_outputs_path(str(a), out_dir) for a in [*container["command"], *(container.get("args") or [])]]
             self._called(node_name, template, container, inputs)
             if self.dry_run and not (template.get("outputs") or {}).get("parameters"):
-                result = NodeResult(node_name, template["name"], "Succeeded", 0, 0, "dry run: not started")
-                return self.record(result)
+                return NodeResult(node_name, template["name"], "dry run", 0, 0, "dry run: not started")
             if argv[0] in ("python", "python3"):
                 argv[0] = sys.executable
             for stale in out_dir.glob("*") if out_dir.exists() else ():
                 stale.unlink()
+            _termination_log(node_dir).unlink(missing_ok=True)
             out_dir.mkdir(parents=True, exist_ok=True)
-            with self.limits.hold(key, semaphores):
-                started = time.time() + skipped_s
-                timeout = None if deadline is None else max(0.0, deadline - started)
-                phase, code, message = self._process(node_name, argv, self._env(container, out_dir), log_path,
-                                                     len(attempts), timeout)
-                finished = time.time() + skipped_s
-                values: dict[str, str] = {}
-                if phase == "Succeeded":
-                    try:
-                        values = _read_outputs(outputs, out_dir)
-                    except _NodeError as e:
-                        phase, message = "Error", str(e)
+            values: dict[str, str] = {}
+            started = time.time() + skipped_s
+            try:
+                own_seconds = deadlines.seconds(own_deadline)
+                with self.limits.pods.hold(key, workflow_deadline):
+                    started = time.time() + skipped_s
+                    kill = self.deadlines.kill(own_seconds, time.time(), self.on_exit)
+                    if kill is not None and kill[1] == deadlines.WORKFLOW_MESSAGE and kill[0] <= time.time():
+                        raise DeadlinePassed("no pod is created past the Workflow's deadline")
+                    phase, code, message = self._process(node_name, argv, self._env(container, out_dir), log_path,
+                                                         len(attempts), kill)
+                    if phase == "Succeeded":
+                        try:
+                            values = _read_outputs(outputs, out_dir)
+                        except _NodeError as e:
+                            phase, message = "Error", str(e)
+            except deadlines.DeadlineError as e:
+                phase, code, message = "Error", None, str(e)
+            except DeadlinePassed:
+                phase, code, message = "Failed", None, deadlines.WORKFLOW_MESSAGE
+            finished = time.time() + skipped_s
             attempts.append(Attempt(phase, code, started, finished, message))
             result = NodeResult(node_name, template["name"], phase, code, len(attempts), message, values)
             if phase == "Succeeded" or strategy is None or self.stopping:
                 break
-            decision = strategy.decide(attempts, time.time() + skipped_s)
-            if not decision.retry:
-                if decision.message and decision.message != message:
-                    result.message = f"{message}; {decision.message}" if message else decision.message
-                break
-            deadline = decision.deadline
-            local = min(decision.wait_s, self.max_backoff_s)
+            decision = strategy.decide(attempts, time.time() + skipped_s, workflow_deadline)
+            local = min(decision.wait_s, max_backoff_s)
             skipped_s += decision.wait_s - local
+            if not decision.retry:
+                if local:  # processNodeRetries waits out the backoff before it reads the policy and expression
+                    self.emit(node_name, f"{phase} ({message}); not retried, after the backoff Argo waits first "
+                                         f"({decision.wait_s:g}s, {local:g}s locally)")
+                    time.sleep(local)
+                result.message = decision.message or message  # the Retry node's message (processNodeRetries)
+                break
             self.emit(node_name, f"{phase} ({message}); retry {len(attempts)}/{strategy.limit}: Argo backs off "
                                  f"{decision.wait_s:g}s, waiting {local:g}s locally")
             time.sleep(local)
-        self.emit(node_name, f"{result.phase}" + (f" ({result.message})" if result.message else ""))
-        return self.record(result)
+        return result
 
     def _called(self, node: str, template: dict, container: dict, inputs: dict[str, str]) -> None:
         """Record the pod's argv as Argo would hand it (the container's own paths, /tmp/outputs)."""
@@ -606,13 +670,14 @@ class _Run:
         env.setdefault("PYTHONUNBUFFERED", "1")  # stream the child's lines as they come
         for var in container.get("env") or []:
             if var.get("valueFrom") is None:
-                env[var["name"]] = _outputs_path(_text(var.get("value", "")), out_dir)
+                value = _outputs_path(_text(var.get("value", "")), out_dir)
+                env[var["name"]] = value.replace(termination.TERMINATION_LOG, str(_termination_log(out_dir.parent)))
         return env
 
     def _process(self, node: str, argv: list[str], env: dict[str, str], log_path: Path, attempt: int,
-                 timeout: float | None) -> tuple[str, int | None, str]:
-        """Run one attempt, streaming its output; returns (phase, exit code, message). A `timeout` (the
-        maxDuration deadline of a retry) ends it as the kubelet ends a pod past its activeDeadlineSeconds."""
+                 kill: tuple[float, str] | None) -> tuple[str, int | None, str]:
+        """Run one attempt, streaming its output; returns (phase, exit code, message). `kill` (when, message)
+        stops it as a pod past a deadline is stopped (deadlines.py); the node gets that message."""
         self.emit(node, f"started (attempt {attempt + 1}, command in {log_path})")
         with log_path.open("a") as log_file:
             log_file.write(f"--- attempt {attempt + 1}: {shlex.join(argv)}\n")
@@ -639,13 +704,13 @@ class _Run:
             self.notify(RunEvent("started", node))
             expired = threading.Event()
             timer = None
-            if timeout is not None:
+            if kill is not None:
                 def expire() -> None:
                     expired.set()
                     _signal(process, signal.SIGTERM)
                     time.sleep(LOCAL_GRACE_S)
                     _signal(process, signal.SIGKILL)
-                timer = threading.Timer(timeout, expire)
+                timer = threading.Timer(max(0.0, kill[0] - time.time()), expire)
                 timer.daemon = True
                 timer.start()
             try:
@@ -662,10 +727,10 @@ class _Run:
                 if self.reaper is not None:
                     self.reaper.forget(process.pid)
         if expired.is_set():
-            return "Failed", code, "Pod was active on the node longer than the specified deadline"
+            return "Failed", code, kill[1]  # type: ignore[index]
         if code == 0:
             return "Succeeded", 0, ""
-        return "Failed", code, f"exit code {code}"
+        return "Failed", code, termination.node_message(code, termination.read(_termination_log(log_path.parent)))
 
     def terminate(self, grace_s: float = LOCAL_GRACE_S) -> None:
         """Stop the run as Argo stops a workflow: SIGTERM to every running step's process group, SIGKILL
@@ -703,12 +768,22 @@ def _signal(process, sig: int) -> None:
         pass
 
 
+def _continue_on(task: dict) -> tuple[str, ...]:
+    """The phases a task's continueOn lets its dependents and its DAG go on after (Failed, Error)."""
+    flags = task.get("continueOn") or {}
+    return tuple(phase for key, phase in (("failed", "Failed"), ("error", "Error")) if flags.get(key) is True)
+
+
 def _template_name(task: dict) -> str:
     return task.get("template") or (task.get("templateRef") or {}).get("template", "?")
 
 
 def _pod_name(workflow: str, node: str) -> str:
     return f"{workflow}-" + re.sub(r"[^a-z0-9-]+", "-", node.lower()).strip("-")
+
+
+def _termination_log(node_dir: Path) -> Path:
+    return node_dir / "termination-log"
 
 
 def _outputs_path(text: str, out_dir: Path) -> str:
@@ -832,6 +907,7 @@ def prepare(path: str | Path, *, params: dict[str, str], templates_dir: str | Pa
                 raise BadInput(f"semaphore {sem}: limit {configured!r} is not an integer") from None
     name = _workflow_name(source)
     globals_ = {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local",
+                "workflow.status": "Running",
                 **{f"workflow.parameters.{k}": v for k, v in values.items()}}
     return Prepared(source, spec, templates, library, values, name, globals_, min(caps) if caps else 1 << 30, limits)
 
@@ -870,6 +946,7 @@ def run_workflow(
                Limits(prepared.parallelism, prepared.semaphores), log, max_backoff_s)
     run.dry_run = dry_run
     run.events = events
+    run.deadlines = deadlines.Deadlines.of(prepared.spec, time.time())
     sems = ", ".join(f"{k}={v}" for k, v in sorted(prepared.semaphores.items()))
     run.emit(prepared.name, f"running {path} locally (at most {prepared.parallelism} containers at once"
                             + (f"; semaphores {sems}" if sems else "") + f"; node directories under {workdir})")
@@ -881,6 +958,14 @@ def run_workflow(
     try:
         entry = prepared.templates.template(prepared.spec["entrypoint"])
         root = run.template(entry, prepared.templates, "", prepared.values, ())
+        exit_node = None
+        if prepared.spec.get("onExit") and not run.stopping:  # exit_handler.py
+            run.on_exit = True
+            run.globals["workflow.status"] = exit_handler.PHASE_OF_WORKFLOW[root.phase]
+            run.globals["workflow.failures"] = exit_handler.failures(
+                list(run.nodes.values()), lambda node: _pod_name(prepared.name, node))
+            exit_node = run.template(prepared.templates.template(prepared.spec["onExit"]), prepared.templates,
+                                     exit_handler.EXIT_NODE, {}, (1 << 30,))
     except BaseException:
         run.terminate()
         raise
@@ -888,11 +973,12 @@ def run_workflow(
         if run.zygote is not None:
             run.zygote.close()
         run.reaper.close()
+    phase, message = exit_handler.outcome(root.phase, root.message, exit_node)
     code = 0
-    if root.phase != "Succeeded":
+    if phase != "Succeeded":
         codes = {n.exit_code for n in run.nodes.values() if n.phase in FAILED and n.exit_code is not None}
         code = EXIT_BAD_INPUT if EXIT_BAD_INPUT in codes else EXIT_TRANSIENT if codes == {EXIT_TRANSIENT} else 1
-    result = RunResult(prepared.name, root.phase, code, dict(run.nodes), list(run.pods))
+    result = RunResult(prepared.name, phase, message, code, dict(run.nodes), list(run.pods))
     (workdir / "status.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
-    run.emit(prepared.name, f"{root.phase} (exit code {code})")
+    run.emit(prepared.name, f"{phase} (exit code {code})" + (f": {message}" if message else ""))
     return result

@@ -34,7 +34,9 @@ API_VERSION = "argoproj.io/v1alpha1"
 KINDS = ("Workflow", "WorkflowTemplate", "CronWorkflow")
 # Argo's template variable syntax; whitespace inside the braces is allowed, as Argo trims it.
 TAG = re.compile(r"\{\{\s*(.*?)\s*\}\}")
-BUILTINS = ("workflow.name", "workflow.uid", "workflow.namespace", "pod.name", "retries")
+BUILTINS = ("workflow.name", "workflow.uid", "workflow.namespace", "workflow.status", "pod.name", "retries")
+# validate.go: `workflow.failures` is set only for the onExit template (after the entrypoint is validated)
+EXIT_ONLY = ("workflow.failures",)
 TEMPLATE_TYPES = (
     "container",
     "dag",
@@ -404,6 +406,9 @@ class _Checker:
             self.error(source, f"{sp}.entrypoint", f"template '{entrypoint}' not found")
         elif runnable:
             self.entrypoint_inputs(source, template_source.template(entrypoint), declared)
+        on_exit = merged.get("onExit")
+        if on_exit is not None and template_source.template(on_exit) is None:
+            self.error(source, f"{sp}.onExit", f"template '{on_exit}' not found")
         names = [t.get("name") for t in spec.get("templates") or []]
         for name in {n for n in names if names.count(n) > 1}:
             self.error(source, f"{sp}.templates", f"template '{name}' is defined twice")
@@ -626,7 +631,8 @@ class _Checker:
         outputs = parameter_names(template.get("outputs"))
         for name in {n for n in outputs if outputs.count(n) > 1}:
             self.error(source, f"{where}.outputs", f"parameter '{name}' is declared twice")
-        scope = _Scope(template.get("name"), inputs, workflow_params)
+        scope = _Scope(template.get("name"), inputs, workflow_params,
+                       exit_handler=template.get("name") == source.spec.get("onExit"))
         for key, value in template.items():
             if key != "dag":
                 for tag in tags(value):
@@ -737,16 +743,19 @@ class _Scope:
     task: dict | None = None
     ancestors: set[str] = field(default_factory=set)
     targets: dict[str, dict] = field(default_factory=dict)
+    exit_handler: bool = False  # the template spec.onExit names
 
     def for_task(self, task: dict, ancestors: set[str], targets: dict[str, dict]) -> _Scope:
-        return _Scope(self.template, self.inputs, self.workflow_params, task, ancestors, targets)
+        return _Scope(self.template, self.inputs, self.workflow_params, task, ancestors, targets, self.exit_handler)
 
     def check(self, tag: str) -> str | None:
         """None when the tag resolves here, else why not."""
         if tag.startswith("="):
             return "expression tags ('{{=...}}') are not supported"
-        if tag in BUILTINS:
+        if tag in BUILTINS or (tag in EXIT_ONLY and self.exit_handler):
             return None
+        if tag in EXIT_ONLY:
+            return f"only the exit handler (the template spec.onExit names) can read '{tag}'"
         parts = tag.split(".")
         if tag.startswith("workflow.parameters.") and len(parts) == 3:
             if self.workflow_params is None or parts[2] in self.workflow_params:

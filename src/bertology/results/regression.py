@@ -4,8 +4,19 @@ The nightly CronWorkflow (workflows/nightly-regression.yaml) reruns a small fixe
 hands its long-form table (`studies/<name>/<id>/tables/main.parquet`, from aggregate) to `regress`:
 
 - `compare` joins the table with the baseline on (model, task, split, metric, variant) and flags every
-  row whose mean moved beyond its metric's tolerance, every row on one side only, and every change of n
-  (a run that failed or went missing). `Comparison.text` is the readable diff: a fixed-width table.
+  row whose mean moved beyond its tolerance, every row on one side only, and every change of n (a run
+  that failed or went missing). `Comparison.text` is the readable diff: a fixed-width table.
+- The tolerance comes from the spread the nightly measures over its seeds, on both sides (the baseline is
+  a study table too, with its own n and sd): a row DRIFTs when its mean moved by more than
+
+      t(1 - ALPHA/2, ν) × sqrt(sd_b²/n_b + sd_c²/n_c) + floor
+
+  that is, when Welch's t-test finds the difference at ALPHA = 0.001 (two-sided, ν by Welch–Satterthwaite)
+  and it exceeds the metric's floor (FLOORS: 0.005 for scores in [0, 1], 0.5% for perplexity and loss),
+  so identical or near-identical seeds (a deterministic CPU night) do not fail on rounding. With 3 seeds a
+  side t is about 8.6 (ν = 4), with many seeds about 3.3. A row with fewer than 2 runs on a side has no
+  spread and gets its metric's fixed tolerance (DEFAULT_TOLERANCES), as does every row of a metric the
+  `tolerances` parameter sets by hand.
 - `promote` makes a table the baseline, `baselines/<study>/<baseline>.parquet`, in one store write (a PUT
   on S3, a rename locally), so readers see the old baseline or the new one, never half of one. The one it
   replaces is first copied to `baselines/<study>/history/<baseline>-<its promotion time>.parquet`.
@@ -28,6 +39,7 @@ from dataclasses import dataclass
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from scipy import stats as scipy_stats
 
 from bertology.errors import BadInput, BertologyError
 from bertology.steps.harness import require_study
@@ -41,8 +53,13 @@ KEY = ("model", "task", "split", "metric", "variant")
 EXIT_DRIFT = 1
 METADATA = b"bertology.baseline"  # Parquet key-value metadata: where and when a baseline was promoted
 ANY = "*"  # the tolerance of a metric not listed
-# Absolute differences of the mean over seeds for scores in [0, 1] (or [-1, 1]); relative ("N%") for
-# perplexity and loss, whose scale depends on the model and corpus.
+ALPHA = 0.001  # a row's chance of a DRIFT when nothing changed (Welch's t-test, two-sided)
+# The least difference that is a DRIFT, whatever the spread: absolute for scores, relative for perplexity, loss.
+FLOORS: dict[str, float | str] = {"perplexity": "0.5%", "loss": "0.5%"}
+FLOOR = 0.005
+# Fixed tolerances (rows without a spread, and metrics set by hand): absolute differences of the mean over
+# seeds for scores in [0, 1] (or [-1, 1]); relative ("N%") for perplexity and loss, whose scale depends on
+# the model and corpus.
 DEFAULT_TOLERANCES: dict[str, float | str] = {
     "accuracy": 0.02, "f1": 0.02, "exact": 0.02,
     "matthews_corrcoef": 0.03, "pearson": 0.03, "spearman": 0.03,
@@ -107,10 +124,37 @@ def parse_tolerances(text: str | None) -> dict[str, Tolerance]:
             raise BadInput(f"tolerances: '{metric}' is not a metric (allowed: {', '.join(METRIC_NAMES)}, "
                            f"or {ANY} for every other metric)")
     merged = {**DEFAULT_TOLERANCES, **overrides}
-    return {metric: Tolerance.parse(metric, raw) for metric, raw in merged.items()}
+    return Tolerances({metric: Tolerance.parse(metric, raw) for metric, raw in merged.items()}, set(overrides))
+
+
+class Tolerances(dict):
+    """metric -> its fixed Tolerance; `by_hand`: the metrics the `tolerances` parameter set."""
+
+    def __init__(self, fixed: dict[str, Tolerance], by_hand: set[str]):
+        super().__init__(fixed)
+        self.by_hand = by_hand
+
+    def fixed_for(self, metric: str) -> bool:
+        return metric in self.by_hand or (metric not in DEFAULT_TOLERANCES and ANY in self.by_hand)
+
+
+def spread_allowed(metric: str, baseline: float, sides: tuple[tuple[int, float | None], tuple[int, float | None]]
+                   ) -> tuple[float, str] | None:
+    """(allowed difference, how it was made) from both sides' (n, sd), or None when a side has no spread."""
+    (n_b, sd_b), (n_c, sd_c) = sides
+    if n_b is None or n_c is None or n_b < 2 or n_c < 2 or sd_b is None or sd_c is None \
+            or math.isnan(sd_b) or math.isnan(sd_c):
+        return None
+    var_b, var_c = sd_b ** 2 / n_b, sd_c ** 2 / n_c
+    se = math.sqrt(var_b + var_c)
+    dof = (var_b + var_c) ** 2 / (var_b ** 2 / (n_b - 1) + var_c ** 2 / (n_c - 1)) if se > 0 else n_b + n_c - 2
+    t = float(scipy_stats.t.ppf(1 - ALPHA / 2, dof))
+    floor = Tolerance.parse(metric, FLOORS.get(metric, FLOOR)).allowed(baseline)
+    return t * se + floor, f"{t:.1f} SE + {floor:.2g}"
 
 
 def tolerance_for(tolerances: dict[str, Tolerance], metric: str) -> Tolerance:
+    """The fixed tolerance of a metric (its own, or that of every other metric: *)."""
     return tolerances[metric] if metric in tolerances else tolerances[ANY]
 
 
@@ -118,7 +162,7 @@ def tolerance_for(tolerances: dict[str, Tolerance], metric: str) -> Tolerance:
 
 DRIFT, N_CHANGED, MISSING, NEW = "DRIFT", "N CHANGED", "MISSING", "NEW"
 STATUS_MEANING = {  # a row without any of these is "ok"
-    DRIFT: "the mean moved beyond the metric's tolerance",
+    DRIFT: "the mean moved beyond its tolerance (Welch's t-test at 0.001 and the metric's floor, or a fixed one)",
     N_CHANGED: "a different number of runs (seeds) behind the mean",
     MISSING: "in the baseline, not in this run",
     NEW: "in this run, not in the baseline",
@@ -141,6 +185,16 @@ class Comparison:
         found = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
         return f"{len(self.failures)} of {len(self.rows)} rows differ from the baseline ({found})"
 
+    def worst(self, most: int = 3) -> str:
+        """The first failing rows in a few words each: `rte accuracy reversed 0.5500 -> 0.6000 (±0.0241)`."""
+        def one(r: dict) -> str:
+            what = f"{r['task']} {r['metric']} {r['variant']}"
+            if DRIFT in r["flags"] and r["delta"] is not None:
+                return f"{what} {r['baseline']:.4f} -> {r['current']:.4f} (allowed ±{r['allowed']:.4f})"
+            return f"{what} {', '.join(r['flags'])}"
+        shown = "; ".join(one(r) for r in self.failures[:most])
+        return shown + (f"; … {len(self.failures) - most} more" if len(self.failures) > most else "")
+
     def text(self) -> str:
         """The fixed-width diff: one line per row, failing rows marked in the status column."""
         def number(v, fmt="{:.4f}"):
@@ -152,7 +206,8 @@ class Comparison:
             n = number(r["n_baseline"], "{}") if r["n_baseline"] == r["n_current"] else \
                 f"{number(r['n_baseline'], '{}')} -> {number(r['n_current'], '{}')}"
             tolerance = "—" if r["allowed"] is None else (
-                f"±{r['tolerance']}" + (f" (±{r['allowed']:.4g})" if r["tolerance"].endswith("%") else ""))
+                f"±{r['tolerance']}" + (f" (±{r['allowed']:.4g})" if r["tolerance"].endswith("%") else "")
+                if "SE" not in r["tolerance"] else f"±{r['allowed']:.4f} ({r['tolerance']})")
             lines.append((*(str(r[k]) for k in KEY), n, number(r["baseline"]), number(r["current"]),
                           number(r["delta"], "{:+.4f}"), tolerance, ", ".join(r["flags"]) or "ok"))
         widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
@@ -169,12 +224,14 @@ def _by_key(table: pl.DataFrame, side: str) -> dict[tuple, dict]:
         raise BadInput(f"the {side} table has no column {missing[0]!r} (a study table from aggregate has "
                        f"{', '.join((*KEY, 'n', 'mean'))})")
     rows: dict[tuple, dict] = {}
-    for row in table.select(*KEY, "n", "mean").iter_rows(named=True):
+    spread = "sd" in table.columns  # a baseline promoted before it carried its spread has none
+    for row in table.select(*KEY, "n", "mean", *(["sd"] if spread else [])).iter_rows(named=True):
         key = tuple(row[k] for k in KEY)
         if key in rows:
             raise BadInput(f"the {side} table has two rows for {dict(zip(KEY, key))}")
         mean = row["mean"]
-        rows[key] = {"n": row["n"], "mean": None if mean is None or math.isnan(mean) else float(mean)}
+        rows[key] = {"n": row["n"], "mean": None if mean is None or math.isnan(mean) else float(mean),
+                     "sd": row.get("sd")}
     return rows
 
 
@@ -191,10 +248,17 @@ def compare(current: pl.DataFrame, baseline: pl.DataFrame, tolerances: dict[str,
         if b is None or c is None:
             row["flags"].append(NEW if b is None else MISSING)
             continue
-        tolerance = tolerance_for(tolerances, key[KEY.index("metric")])
+        metric = key[KEY.index("metric")]
+        tolerance = tolerance_for(tolerances, metric)
         if b["mean"] is not None and c["mean"] is not None:
             row["delta"] = c["mean"] - b["mean"]
-            row["tolerance"], row["allowed"] = str(tolerance), tolerance.allowed(b["mean"])
+            by_spread = None
+            if not (isinstance(tolerances, Tolerances) and tolerances.fixed_for(metric)):
+                by_spread = spread_allowed(metric, b["mean"], ((b["n"], b["sd"]), (c["n"], c["sd"])))
+            if by_spread is not None:
+                row["allowed"], row["tolerance"] = by_spread
+            else:
+                row["tolerance"], row["allowed"] = str(tolerance), tolerance.allowed(b["mean"])
             if abs(row["delta"]) > row["allowed"] + 1e-12:  # equal floats pass a zero tolerance
                 row["flags"].append(DRIFT)
         elif (b["mean"] is None) != (c["mean"] is None):
@@ -300,8 +364,8 @@ def regress(store: Store, study: str, study_id: str, *, baseline_store: Store, b
         log.info("promoted %s as baseline %s%s", store.url(table_key), baseline_store.url(key),
                  f" (the previous one is kept at {baseline_store.url(kept)})" if kept else "")
     elif comparison.failures:
-        raise Drift(f"results drifted from baseline '{baseline}': {comparison.summary()} (the diff is above "
-                    f"and in {store.url(diff_key)}; if the change is intended: {HOW_TO_PROMOTE})")
+        raise Drift(f"results drifted from baseline '{baseline}': {comparison.summary()}: {comparison.worst()} "
+                    f"(the diff: {store.url(diff_key)}; if the change is intended: {HOW_TO_PROMOTE})")
     return comparison
 
 

@@ -512,17 +512,26 @@ def _vocabulary(results, summary, levels):
 
 def _missing(results, summary, levels):
     failed = set(analysis.failed_runs(results.tables["runs"])["run_id"]) if "runs" in results.tables else set()
-    rows = [(c, "missing") for c in results.missing] + [
+    lacking = {c.run.id: tables for c, tables in results.incomplete}
+    rows = [(c, "missing") for c in results.missing] + [(c, "incomplete") for c, _ in results.incomplete] + [
         (c, "failed") for c, run_id in zip(results.cells, results.run_ids) if run_id in failed]
-    if not rows:
-        return [], {}
     sections = []
+    if results.unmeasured:
+        sections.append(Section(f"Models not measured ({len(results.unmeasured)} of {len(results.spec['models'])})",
+                                "Models of the plan whose vocabulary measurement failed or is missing.",
+                                items=results.unmeasured))
+    if not rows:
+        return sections, {}
     for reason, note in (("missing", "Runs the plan expected that published no result."),
+                         ("incomplete", ("Runs that published their scores but not all their results (a failed "
+                                        "analyze step publishes no weight distances).")),
                          ("failed", "Runs that published no number for their primary metric.")):
         cells = [c for c, r in rows if r == reason]
         if cells:
             sections.append(Section(f"{reason.capitalize()} runs ({len(cells)} of {len(results.cells)})", note,
-                                    items=tuple(_describe_cell(c) for c in cells)))
+                                    items=tuple(_describe_cell(c) + (f" (no {', '.join(lacking[c.run.id])})"
+                                                                     if reason == "incomplete" else "")
+                                                for c in cells)))
     table = pl.DataFrame([{**{k: v for k, v in c.labels().items() if k != "study"}, "reason": r} for c, r in rows],
                          infer_schema_length=None)
     return sections, {"missing_runs": table}

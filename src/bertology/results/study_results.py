@@ -3,7 +3,9 @@
 A study name holds one plan per set of parameters (`studies/<name>/<study-id>/plan.json`), while
 `results/<table>/study=<name>/` holds the runs of all of them, so each frame scans the files of the plan's
 run ids only: one listing per table, then one lazy Polars scan over those files, in the plan's cell order.
-Runs the plan expected but that published no `runs` file are `missing`, never dropped silently.
+Runs the plan expected but that published no `runs` file are `missing`, and runs that published it but
+lack another table every cell publishes (CELL_TABLES: a failed analyze leaves no `weight_distance`) are
+`incomplete`; neither is dropped silently, and either fails the study's aggregate step.
 
 Vocabulary rows (`vocab_overlap`) belong to a model, not to a run: they are the study's partition's rows
 for the plan's models, measured with the plan's settings where the plan has them (the vocab-overlap
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from bertology.errors import BadInput
-from bertology.results.tables import LABELS, results_key, scan_keys
+from bertology.results.tables import CELL_TABLES, LABELS, results_key, scan_keys
 from bertology.spec import Cell
 from bertology.store import Store
 
@@ -29,6 +31,7 @@ OPTIONAL_TABLES = ("curves", "activation_distance", "weight_distance", "model_pr
 # Settings of a vocabulary measurement a plan's spec may fix (bertology.steps.vocab_overlap.VocabSpec).
 VOCAB_SETTINGS = ("reference", "case", "corpus", "max_lines", "stride")
 LABEL_TYPES = pl.from_arrow(LABELS.empty_table()).schema
+PUBLISHED_BY = {"runs": "finetune", "curves": "finetune", "weight_distance": "analyze"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,27 @@ class StudyResults:
     missing: list[Cell]  # cells without a `runs` file
     vocabulary: pl.DataFrame | None = None  # vocab_overlap rows of the plan's models, when measured
     preset_changes: tuple[str, ...] = ()  # what the preset replaced or dropped (stand-in models, variants)
+    incomplete: tuple[tuple[Cell, tuple[str, ...]], ...] = ()  # cells with `runs` but without these tables
+    unmeasured: tuple[str, ...] = ()  # models of a vocabulary plan without a measurement
+
+    @property
+    def complete(self) -> bool:
+        return not (self.missing or self.incomplete or self.unmeasured)
+
+    def shortfall(self) -> str:
+        """What is missing, in a few words: '3 of 12 runs incomplete (no weight_distance: analyze failed)'."""
+        parts = []
+        if self.missing:
+            parts.append(f"{len(self.missing)} of {len(self.cells)} runs missing")
+        if self.incomplete:
+            tables = sorted({t for _, lacking in self.incomplete for t in lacking})
+            steps = sorted({PUBLISHED_BY[t] for t in tables})
+            parts.append(f"{len(self.incomplete)} of {len(self.cells)} runs incomplete (no {', '.join(tables)}: "
+                         f"{', '.join(steps)} failed)")
+        if self.unmeasured:
+            parts.append(f"{len(self.unmeasured)} of {len(self.spec.get('models', []))} models not measured "
+                         f"({', '.join(self.unmeasured)})")
+        return "; ".join(parts)
 
     @property
     def variants(self) -> list[str]:
@@ -91,22 +115,33 @@ def load_study_results(store: Store, name: str, study_id: str) -> StudyResults:
     spec = with_defaults(plan["spec"])
     cells = [Cell.from_dict(c) for c in plan["cells"]]
     run_ids = [c.run.id for c in cells]
-    tables, missing = {}, []
+    tables, missing, lacking = {}, [], {}
     for table in ("runs", *OPTIONAL_TABLES) if cells else ():
         published = set(store.list(f"results/{table}/study={name}"))  # one listing, not a request per cell
         keys = [results_key(table, name, run_id) for run_id in run_ids]
         if table == "runs":
             missing = [c for c, k in zip(cells, keys) if k not in published]
+        elif table in CELL_TABLES:
+            for cell, key in zip(cells, keys):
+                if key not in published:
+                    lacking.setdefault(cell.run.id, []).append(table)
         present = list(dict.fromkeys(k for k in keys if k in published))  # variants may share a run
         if present:
             tables[table] = _with_labels(scan_keys(store, present))
+    absent = {c.run.id for c in missing}
+    incomplete = tuple(dict.fromkeys((c, tuple(lacking[c.run.id])) for c in cells
+                                     if c.run.id in lacking and c.run.id not in absent))
     vocabulary = _vocabulary(store, name, spec, {c.model for c in cells} | set(spec.get("models", [])))
+    unmeasured = ()
+    if plan.get("analyses"):  # a vocabulary plan: one measurement per model
+        measured = set(vocabulary["model"].to_list()) if vocabulary is not None else set()
+        unmeasured = tuple(m for m in spec.get("models", []) if m not in measured)
     if cells and "runs" not in tables:
         raise BadInput(f"study '{name}' has no finished runs in {store.uri} ({len(cells)} expected)")
     if not cells and vocabulary is None:
         raise BadInput(f"study '{name}' id {study_id} has no results in {store.uri} yet")
     return StudyResults(name, study_id, spec, cells, run_ids, tables, missing, vocabulary,
-                        tuple(plan.get("preset_changes", ())))
+                        tuple(plan.get("preset_changes", ())), incomplete, unmeasured)
 
 
 def _unknown_study(store: Store, name: str) -> BadInput:

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from bertology.errors import BadInput
+from bertology.results import receipts
 from bertology.spec import Cell
-from bertology.store import Store, open_store
+from bertology.store import Store, open_store, parquet_bytes
 
 if TYPE_CHECKING:  # the readers import Polars when called: the finetune step writes with pyarrow alone
     import polars as pl
@@ -84,6 +85,11 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 
+# What every cell of a study publishes (finetune: runs, curves; analyze: weight_distance): a cell lacking any
+# is not finished. plan runs such a cell again, aggregate lists it and fails the study.
+CELL_TABLES = ("runs", "curves", "weight_distance")
+
+
 def results_key(table: str, study: str, run_id: str) -> str:
     return f"results/{table}/study={study}/{run_id}.parquet"
 
@@ -108,7 +114,7 @@ def publish(store: Store, table: str, cell: Cell, rows: pa.Table) -> str:
 def publish_rows(store: Store, table: str, study: str, key: str, labels: dict, rows: pa.Table) -> str:
     """Rows of one unit of work (a run, or an analysis outside any run) into the study's partition."""
     path = results_key(table, study, key)
-    store.write_parquet(path, with_labels(table, labels, rows))
+    receipts.write(store, path, parquet_bytes(with_labels(table, labels, rows)))  # plan checks it by listing
     return path
 
 

@@ -4,8 +4,9 @@ Reads the plan and, lazily, the published results of exactly its runs (bertology
 builds the report's layout from what the study varies (bertology.results.report), and writes
 `studies/<name>/<study-id>/tables/<table>.parquet` (the analysis tables; `main` is the long form of the main
 table: n, mean, sd, bootstrap interval and paired test per group), `report.md` and `report.html`. Runs the
-plan expected but that have no result are listed, never dropped silently. `bertology report` rebuilds the
-same report from a store.
+plan expected but that have no result, or only part of their results (a failed analyze), are listed, never
+dropped silently, and the workflow's aggregate then fails (exit 1) once the report is written, so a study
+whose steps failed ends Failed. `bertology report` rebuilds the same report from a store.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ log = logging.getLogger("bertology")
 
 
 class IncompleteStudy(BertologyError):
-    """Some of the plan's runs failed or are missing: the report is written and lists them, and the step
-    fails (exit 1, not retried) so the Workflow ends Failed instead of reporting a partial study as done."""
+    """Some of the plan's runs (or a vocabulary plan's models) failed, are missing or lack part of their
+    results: the report is written and lists them, and the step fails (exit 1, not retried) so the Workflow
+    ends Failed instead of reporting a partial study as done."""
 
 
 def aggregate(store: Store, name: str, study_id: str, *, best_of_runs: bool = False,
@@ -34,7 +36,7 @@ def aggregate(store: Store, name: str, study_id: str, *, best_of_runs: bool = Fa
     """Build and write the study's report; returns where each file went (store URLs, then paths in `out`).
 
     With `require_complete` (the workflow's aggregate step, which runs after failed cells too) a study
-    with missing runs raises IncompleteStudy once its report is written."""
+    with missing or incomplete runs raises IncompleteStudy once its report is written."""
     results = load_study_results(store, name, study_id)
     report = build_report(results, best_of_runs=best_of_runs)
     written = write_report(store, report, out)
@@ -43,10 +45,9 @@ def aggregate(store: Store, name: str, study_id: str, *, best_of_runs: bool = Fa
     for location in written:
         log.info("wrote %s", location)
     log.info("results (Parquet, hive-partitioned): %s", store.url("results/"))
-    if require_complete and results.missing:
-        raise IncompleteStudy(f"{len(results.missing)} of {len(results.cells)} runs of study {name} ({study_id}) "
-                              f"failed or are missing (listed in the report: {written[-1]}); rerun the study "
-                              f"to retry them, finished runs are reused")
+    if require_complete and not results.complete:
+        raise IncompleteStudy(f"study {name} ({study_id}) is incomplete: {results.shortfall()} (listed in the "
+                              f"report: {written[-1]}); rerun the study to retry them, finished work is reused")
     return written
 
 

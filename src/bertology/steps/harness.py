@@ -41,6 +41,8 @@ def parser(step: str) -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a study parameter (plan) or option (regress); repeatable")
     p.add_argument("--outputs", default="/tmp/outputs", help="directory for Argo output parameters")
+    p.add_argument("--baseline-store", default=None, metavar="URI",
+                   help="(plan) a second store to fix for later steps, handed on as output baseline_store")
     return p
 
 
@@ -82,23 +84,39 @@ def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list
             tiny_pretrain.use_store(None)
         chaos.point("end")
     except BadInput as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return EXIT_BAD_INPUT
+        return _fail(f"error: {e}", EXIT_BAD_INPUT)
     except Transient as e:
-        print(f"transient error (will be retried): {e}", file=sys.stderr, flush=True)
-        return EXIT_TRANSIENT
+        return _fail(f"transient error (will be retried): {e}", EXIT_TRANSIENT)
     except BertologyError as e:  # a step's own failure, with the exit code it documents
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return e.exit_code
+        return _fail(f"error: {e}", e.exit_code)
     except Exception as e:
         if not is_disk_full(e):
+            leave_cause(f"{type(e).__name__}: {e}")
             raise
         # the artifact being written was not published (no marker): a retry on a node with room redoes it
-        print(f"transient error (will be retried): disk full (ENOSPC/EDQUOT) while writing: {e}",
-              file=sys.stderr, flush=True)
-        return EXIT_TRANSIENT
+        return _fail(f"transient error (will be retried): disk full (ENOSPC/EDQUOT) while writing: {e}",
+                     EXIT_TRANSIENT)
     log.info("done in %.1fs", time.time() - start)
     return 0
+
+
+def _fail(line: str, code: int) -> int:
+    print(line, file=sys.stderr, flush=True)
+    leave_cause(line)
+    return code
+
+
+def leave_cause(line: str) -> None:
+    """Leave the failure's one line where the container's termination message is read
+    ($BERTOLOGY_TERMINATION_LOG, the YAML's /dev/termination-log): Argo shows it as the node's message
+    (bertology.argo.termination), so `argo get` and an exit handler say why a step failed."""
+    path = os.environ.get("BERTOLOGY_TERMINATION_LOG", "").strip()
+    if not path:
+        return
+    try:
+        Path(path).write_text(line.splitlines()[0] if line else "", encoding="utf-8")
+    except OSError:
+        pass  # not in a pod, or the file is not writable: the log keeps the line anyway
 
 
 def entry(step: str, run: Callable[[Store, argparse.Namespace], None]) -> None:

@@ -11,19 +11,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
 
 from transformers import BertConfig
 
 from bertology import tasks, tiny_pretrain
 from bertology.errors import BadInput, TooSmall
 from bertology.interventions import chain_config, validate_chain
-from bertology.results.tables import results_key
+from bertology.results import receipts
+from bertology.results.tables import CELL_TABLES, results_key
 from bertology.spec import TINY_BERT, Intervention, canonical_json
-from bertology.steps import budget, planned
+from bertology.steps import budget, planned, timing
 from bertology.steps.common import model_config, run_key
 from bertology.steps.harness import write_outputs
-from bertology.store import Damaged, Store
+from bertology.store import Store, open_store
 from bertology.study import StudySpec, parse_pairs
 from bertology.train.activation_distance import check_shapes
 from bertology.train.regimes import Schedule
@@ -34,9 +34,6 @@ log = logging.getLogger("bertology")
 # BERT-large: the deepest BERT of Google's release and of any report here (bound of _beyond_every_bert).
 DEEPEST_BERT = {"num_hidden_layers": 24, "num_attention_heads": 16, "hidden_size": 1024, "intermediate_size": 4096}
 
-# What a cell must have published for a study before plan can leave it out of the fan-out.
-CELL_TABLES = ("runs", "curves", "weight_distance")
-READERS = 16  # published results Parquet read at once when plan checks them (I/O-bound: S3 GETs)
 
 
 def validate(spec: StudySpec, changes: list[str] | None = None) -> StudySpec:
@@ -127,27 +124,6 @@ def _datasets_of(run) -> list:
     return datasets
 
 
-def _damaged(store: Store, keys: list[str]) -> set[str]:
-    """The published results among `keys` that do not parse (an emptied or truncated file, or a Parquet
-    page whose checksum fails). Each is deleted, and its cell runs again: its steps are cached and publish
-    it anew from their verified artifacts (or rebuild those first). Read 16 at a time: on S3 each is one
-    GET, so a study of hundreds of cells is checked in seconds, not minutes."""
-
-    def damage(key: str) -> Damaged | None:
-        try:
-            store.read_parquet(key)
-        except Damaged as e:
-            return e
-        return None
-
-    with ThreadPoolExecutor(max_workers=READERS) as pool:
-        found = {key: e for key, e in zip(keys, pool.map(damage, keys)) if e is not None}
-    for key, e in found.items():
-        log.warning("%s; deleted, and the run's steps publish it again", e)
-        store.delete_key(key)
-    return set(found)
-
-
 def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
     """Write the plan (every spec, once) and return Argo's work lists: plain tokens only (see planned)."""
     cells = spec.cells()
@@ -158,23 +134,31 @@ def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
             "checkpoints": {c.run.checkpoint.id: json.loads(canonical_json(c.run.checkpoint)) for c in cells}}
     store.write_json(planned.plan_key(spec.name, spec.id), plan)
 
-    published = {k for t in CELL_TABLES for k in store.list(f"results/{t}/study={spec.name}")}
     keys = {c.run.id: [results_key(t, spec.name, c.run.id) for t in CELL_TABLES] for c in cells}
-    damaged = _damaged(store, [k for ks in keys.values() if all(k in published for k in ks) for k in ks])
+    # by listing only: each result's size against its receipt (bertology.results.receipts)
+    published, damaged = receipts.damaged(store, spec.name, CELL_TABLES, {k for ks in keys.values() for k in ks})
     todo = [c for c in cells if not all(k in published and k not in damaged for k in keys[c.run.id])
             or (c.keep_weights and not store.exists(f"{run_key(c.run.id, 'finetune')}/model/config.json"))]
     checkpoints = list(dict.fromkeys(c.run.checkpoint.id for c in todo))
     datasets = list(dict.fromkeys(d.id for c in todo for d in _datasets_of(c.run)))
     bundle = spec.bundle or budget.auto_bundle(len(todo), len(datasets), len(checkpoints))
-    pods = [",".join(c.run.id for c in todo[i:i + bundle]) for i in range(0, len(todo), bundle)]
+    pod_cells = [todo[i:i + bundle] for i in range(0, len(todo), bundle)]
+    pods = [",".join(c.run.id for c in pod) for pod in pod_cells]
     nodes = budget.workflow_nodes(len(datasets), len(checkpoints), len(pods))
     size = budget.status_bytes(len(datasets), len(checkpoints), pods, store.uri, planned.plan_ref(spec.name, spec.id))
     if nodes > budget.MAX_NODES or size > budget.MAX_STATUS_BYTES:
         log.warning("study %s: about %d Argo nodes and %d KiB of workflow status, over the budget of %d nodes "
                     "and %d KiB (set a larger bundle)", spec.name, nodes, size // 1024, budget.MAX_NODES,
                     budget.MAX_STATUS_BYTES // 1024)
+    seconds = timing.deadlines(spec.preset, pod_cells, len(datasets), len(checkpoints), len(cells),
+                               timing.check(spec.deadlines))
+    # The store is fixed here, once: every later step takes it from this output, not from the ConfigMap
+    # the Workflow's `store` parameter reads, which Argo reads again on every reconcile (operator.go
+    # setGlobalParameters runs in each operate), so an edit mid-run would move the rest of the study.
     work = {"checkpoints": checkpoints, "datasets": datasets, "runs": pods,
-            "study": planned.plan_ref(spec.name, spec.id)}
+            "study": planned.plan_ref(spec.name, spec.id), "store": store.uri,
+            **{f"{step.replace('-', '_')}_deadline": str(s) for step, s in seconds.items()}}
+    log.info("deadlines (s): %s", ", ".join(f"{step} {s}" for step, s in seconds.items()))
     log.info("study %s (%s): %d cells, %d to run in %d pods of up to %d; %d checkpoints, %d datasets to make",
              spec.name, spec.id, len(cells), len(todo), len(pods), bundle, len(checkpoints), len(datasets))
     return work
@@ -187,6 +171,7 @@ def run(store: Store, args) -> None:
     spec = validate(spec, changes)
     for change in changes:
         log.info("preset %s: %s", spec.preset, change)
+    baseline = open_store(args.baseline_store).uri if (args.baseline_store or "").strip() else ""
     if TINY_BERT in canonical_json(spec):  # built here, once, before parallel steps would each build it
         tiny_pretrain.ensure(store)
-    write_outputs(args.outputs, plan_study(store, spec, changes))
+    write_outputs(args.outputs, {**plan_study(store, spec, changes), "baseline_store": baseline})

@@ -315,7 +315,8 @@ def plan_study(store: Store, name: str, raw: dict[str, str]) -> dict:
     for change in changes:
         log.info("preset %s: %s", preset, change)
     # plain tokens only (see bertology.steps.planned): each pod reads its spec from the plan
-    return {"specs": list(analyses), "study": planned.plan_ref(name, study_id)}
+    # the store is fixed here for the later steps (see bertology.steps.plan.plan_study)
+    return {"specs": list(analyses), "study": planned.plan_ref(name, study_id), "store": store.uri}
 
 
 def _corpora(text: str, models: list[str], explicit: bool) -> dict[str, str]:
