@@ -56,6 +56,7 @@ TABLE = {"reversed-layers": "Table 1", "shuffled-embeddings": "Table 4", "init-d
 def run_study(study: str, variants, lr: str, args, log) -> None:
     argv = [str(ROOT / ".venv/bin/bertology"), "run", str(ROOT / "workflows" / f"{study}.yaml"),
             "--store", args.store, "--parallelism", str(args.parallelism), "-q",
+            "--semaphore", f"bertology-semaphores/gpu={args.parallelism}",
             "-p", "preset=paper", "-p", f"models={json.dumps([MODEL])}",
             "-p", f"source=glue-dir:{Path(args.glue).resolve()}", "-p", f"tasks={json.dumps(args.tasks)}",
             "-p", f"count={args.count}", "-p", f"seeds={json.dumps(args.seeds)}", "-p", f"lr={lr}",
