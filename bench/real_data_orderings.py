@@ -139,7 +139,7 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", default=["sst2", "stsb"])
     ap.add_argument("--lrs", nargs="+", default=["2e-5", "1e-4", "5e-5"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
-    ap.add_argument("--count", type=int, default=2000)
+    ap.add_argument("--count", type=int, default=1000)
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--parallelism", type=int, default=2)
