@@ -209,6 +209,14 @@ def weight_distance_by_size(distances: pl.LazyFrame | pl.DataFrame, per: str = "
             .agg(*_over_seeds("l2"), pl.col("rel_l2").mean()).collect())
 
 
+def runs_without_projection(distances: pl.LazyFrame | pl.DataFrame) -> int:
+    """How many runs with BERT sub-layers have no output-projection row (analysed before it existed)."""
+    per_run = distances.lazy().group_by("run_id").agg(
+        pl.col("module").str.contains(r"^layer\.\d+\.output$").any().alias("sublayers"),
+        pl.col("module").str.ends_with(OUTPUT_PROJECTION).any().alias("projection"))
+    return per_run.filter(pl.col("sublayers") & ~pl.col("projection")).select(pl.len()).collect().item()
+
+
 def model_profile_summary(profile: pl.LazyFrame | pl.DataFrame, baseline: str | None) -> pl.DataFrame:
     """Monolingual report, Table 7: each variant's parameter counts, encoder depth, the intervention's CPU
     seconds ("cost to make", mean) and inference speed (examples per second: mean, sd and n over its runs),

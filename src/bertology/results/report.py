@@ -438,9 +438,12 @@ def _weights(results, summary, levels):
     shown = (lines.with_columns(_text(mean_sd_n, "mean", "sd", "n"))
              .pivot(on="data", on_columns=sizes_seen, index=[*panel_keys, "layer"], values="cell")
              .with_columns(pl.col("layer").replace_strict(names, return_dtype=pl.String)).fill_null("—"))
+    without = analysis.runs_without_projection(distances)
     measured = ("each layer's output dense weight matrix (the partial-reinit report's Figure 3: \"the weight "
-                "matrices of the linear projections contained in the output sub-layer\")" if projection.height else
-                "all of each layer's weights (embeddings, layers 1 to L, pooler; these runs have no output-projection rows)")
+                "matrices of the linear projections contained in the output sub-layer\")"
+                + (f"; {without} runs analysed before that measure existed are left out" if without else "")
+                if projection.height else "all of each layer's weights (embeddings, layers 1 to L, pooler; these "
+                "runs were analysed before the output-projection measure existed)")
     note = (f"L2 distance between the built and the fine-tuned weights of {measured}, by training-data size, mean ± "
             "sd over seeds; whole layers in tables/weight_distance_by_layer.parquet, per module in "
             "tables/weight_distance.parquet.")

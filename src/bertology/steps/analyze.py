@@ -7,8 +7,9 @@ squares, which the analysis computes. Besides, per layer, the partial-reinit rep
 Figure 3): "the euclidean distance between the weight matrices of the linear projections contained in
 the output sub-layer", the output dense layer's weight matrix alone, without its bias or the sub-layer's
 LayerNorm (module `layer.N.output.dense.weight`). Reads the safetensors files directly, so no model is
-instantiated. Writes `runs/<run-id>/analyze/weight_distance.parquet`; an analysis stored before that row
-existed is measured again when read.
+instantiated. Writes `runs/<run-id>/analyze/weight_distance.parquet`. An analysis stored before that row
+existed is measured again when the run's weights were kept; otherwise it is published as it is (training the
+run again for it is not worth it) and the study report counts the runs without the row.
 """
 
 from __future__ import annotations
@@ -88,10 +89,14 @@ def analyze(store: Store, cell: Cell) -> str:
     table = read_or_rebuild(store, key, lambda: read_table(store, key, "weight_distance.parquet"),
                             lambda: redo_from_weights(store, cell, lambda: measure(store, cell)))
     if lacks_projection_rows(table):
-        log.info("run %s: its weight distances predate the output-projection rows; measuring again", run.id)
-        store.delete_prefix(key)
-        redo_from_weights(store, cell, lambda: measure(store, cell))
-        table = read_table(store, key, "weight_distance.parquet")
+        if store.exists(f"{run_key(run.id, 'finetune')}/model/config.json"):  # kept weights: cheap to redo
+            log.info("run %s: its weight distances predate the output-projection rows; measuring again", run.id)
+            store.delete_prefix(key)
+            measure(store, cell)
+            table = read_table(store, key, "weight_distance.parquet")
+        else:  # training the run again for one analysis row is not worth it: the report says what is missing
+            log.info("run %s: its weight distances predate the output-projection rows and its weights were "
+                     "not kept; published as they are", run.id)
     publish(store, "weight_distance", cell, table)
     return key
 
