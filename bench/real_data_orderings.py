@@ -137,7 +137,7 @@ def main() -> None:
     ap.add_argument("--glue", required=True, help="a GLUE directory (SST-2/train.tsv, SST-2/dev.tsv, …)")
     ap.add_argument("--store", default=str(ROOT / ".bertology-real-data"))
     ap.add_argument("--tasks", nargs="+", default=["sst2", "stsb"])
-    ap.add_argument("--lrs", nargs="+", default=["2e-5", "1e-4", "5e-5"])
+    ap.add_argument("--lrs", nargs="+", default=["1e-4", "5e-5", "2e-5"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--count", type=int, default=1000)
     ap.add_argument("--max-length", type=int, default=64)

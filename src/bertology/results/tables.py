@@ -32,7 +32,8 @@ LABELS = pa.schema([
 OUTPUT_PROJECTION = "output.dense.weight"
 
 TABLES: dict[str, pa.Schema] = {
-    # one row per run: the final evaluation of the best epoch
+    # one row per run: the final evaluation of the selected epoch (the regime's `selection`: the best on dev,
+    # or the last); `best_epoch` is that epoch's number whichever the rule
     "runs": pa.schema([
         ("split", pa.string()), ("metric", pa.string()), ("value", pa.float64()), ("primary", pa.bool_()),
         ("best_epoch", pa.int64()), ("epochs", pa.int64()), ("num_train", pa.int64()),

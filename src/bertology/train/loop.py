@@ -128,8 +128,8 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
     """Fine-tune the model in `model_dir` on `train` (its task head freshly initialised with `new_head`),
     evaluate `evals` (split -> prepared split) at every evaluation point, save the selected point's model
     (`hp.selection`: the best point or the last) and tokenizer to `out_dir`. With `state`, resume from its
-    newest state and save one every `hp.checkpoint_every` steps. `track(losses, curves)` is called after every step with the series so far
-    (an experiment tracker, bertology.tracking, sends the new points)."""
+    newest state and save one every `hp.checkpoint_every` steps. `track(losses, curves)` is called after
+    every step with the series so far (an experiment tracker, bertology.tracking, sends the new points)."""
     started = time.perf_counter()
     device = pick_device(device)
     if not evals:
