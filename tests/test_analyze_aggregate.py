@@ -4,17 +4,18 @@ import math
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import scipy.stats
 import torch
 from safetensors.torch import save_file
 
-from bertology.results.analysis import primary_summary
+from bertology.results.analysis import primary_summary, weight_distance_by_size
 from bertology.results.report import delta_table, main_table
 from bertology.results.tables import publish, results_key
 from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Intervention, RunSpec
 from bertology.steps.aggregate import aggregate
-from bertology.steps.analyze import weight_distance
+from bertology.steps.analyze import lacks_projection_rows, weight_distance
 from bertology.store import open_store
 
 
@@ -33,8 +34,9 @@ def test_weight_distance_per_module_matches_hand_computation(tmp_path):
     save_file(before, tmp_path / "a" / "model.safetensors")
     save_file(after, tmp_path / "b" / "model.safetensors")
     rows = {r["module"]: r for r in weight_distance(tmp_path / "a", tmp_path / "b").to_pylist()}
-    # per sub-layer: the partial-reinit report's Figure 3 is the output sub-layer
-    assert list(rows) == ["embeddings", "layer.0.attention.self", "layer.1.output", "pooler"]
+    # per sub-layer, and the partial-reinit report's own measure: the output sub-layer's weight matrix
+    assert list(rows) == ["embeddings", "layer.0.attention.self", "layer.1.output", "layer.1.output.dense.weight",
+                          "pooler"]
     assert rows["embeddings"]["l2"] == 0.0 and rows["embeddings"]["layer"] == -1
     assert rows["layer.0.attention.self"]["l2"] == pytest.approx(6.0)
     assert rows["layer.0.attention.self"]["rel_l2"] == pytest.approx(6.0 / math.sqrt(2.0))  # base: the bias of ones
@@ -42,6 +44,34 @@ def test_weight_distance_per_module_matches_hand_computation(tmp_path):
     assert rows["layer.1.output"]["l2"] == pytest.approx(4.0)
     assert rows["layer.1.output"]["rel_l2"] == pytest.approx(4 / math.sqrt(3))
     assert rows["pooler"]["layer"] == 2
+    assert rows["layer.1.output.dense.weight"]["l2"] == pytest.approx(4.0)
+    assert rows["layer.1.output.dense.weight"]["n_params"] == 3 and rows["layer.1.output.dense.weight"]["layer"] == 1
+
+
+def test_the_output_projection_is_its_weight_matrix_alone(tmp_path):
+    """Partial-reinit report §4.5: "the euclidean distance between the weight matrices of the linear
+    projections contained in the output sub-layer": the bias and the LayerNorm move the sub-layer, not it."""
+    before = {"encoder.layer.0.output.dense.weight": torch.zeros(2, 2),
+              "encoder.layer.0.output.dense.bias": torch.zeros(2),
+              "encoder.layer.0.output.LayerNorm.weight": torch.ones(2),
+              "encoder.layer.0.output.LayerNorm.bias": torch.zeros(2)}
+    after = {k: v.clone() for k, v in before.items()}
+    after["encoder.layer.0.output.dense.weight"] += 1.0      # 4 entries by 1: the matrix moves by 2
+    after["encoder.layer.0.output.dense.bias"] += 3.0        # 2 by 3
+    after["encoder.layer.0.output.LayerNorm.weight"] += 4.0  # 2 by 4
+    for name, weights in (("a", before), ("b", after)):
+        (tmp_path / name).mkdir()
+        save_file(weights, tmp_path / name / "model.safetensors")
+    table = weight_distance(tmp_path / "a", tmp_path / "b")
+    rows = {r["module"]: r for r in table.to_pylist()}
+    assert rows["layer.0.output.dense.weight"]["l2"] == pytest.approx(2.0)
+    assert rows["layer.0.output"]["l2"] == pytest.approx(math.sqrt(4 + 18 + 32))  # the whole sub-layer
+    by = {per: weight_distance_by_size(pl.from_arrow(table).with_columns(pl.lit(1).alias("seed")), per=per)
+          for per in ("layer", "output-projection")}
+    assert by["output-projection"]["mean"].to_list() == pytest.approx([2.0])
+    assert by["layer"]["mean"].to_list() == pytest.approx([math.sqrt(54)])  # not the matrix counted twice
+    assert not lacks_projection_rows(table)
+    assert lacks_projection_rows(table.filter(pc.invert(pc.ends_with(table["module"], ".weight"))))
 
 
 def _cell(variant, task, seed):

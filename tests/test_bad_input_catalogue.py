@@ -100,6 +100,7 @@ PLAN = [  # study parameters the user sets under preset=tiny (-p NAME=VALUE): a 
     ("task-settings-other-task", {"task_settings": '{"squad2": {"lr": 1e-4}}'}, ["'squad2'", "study's tasks", "cola"]),
     ("bundle-zero", {"bundle": "0"}, ["bundle", ">= 1", "got 0"]),
     ("intervention-seed-negative", {"intervention_seed": "-1"}, ["intervention_seed", "'-1'", "integer >= 0"]),
+    ("selection-typo", {"selection": "first"}, ["selection", "best, last", "'first'"]),
     ("parameter-unknown", {"learning_rate": "1e-3"}, ["'learning_rate'", "known:", "lr"]),
     ("preset-typo", {"preset": "tinyy"}, ["'tinyy'", "known:", "tiny"]),
     ("data-malformed-tsv", {"source": "glue-dir:{tmp}/glue-malformed", "tasks": '["sst2"]'},

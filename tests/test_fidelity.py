@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from bertology.errors import BadInput
+from bertology.results import conventions
 from bertology.study import PARAMS, StudySpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -249,14 +250,153 @@ def test_study_ids_keep_the_new_parameters_out_when_unused():
     json.dumps(d)
 
 
-@pytest.mark.skipif(not PAPERS.exists(), reason="the reports' text is not here")
-@pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.yaml")), ids=lambda p: p.stem)
-def test_every_quote_in_a_workflow_header_is_in_a_report(path):
+def own_report(path: Path) -> str:
+    """The report a workflow reproduces: its study label (the nightly regression is reversed-layers)."""
+    label = yaml.safe_load(path.read_text())["metadata"]["labels"]["bertology/study"]
+    return conventions.STUDY_PAPERS[label]
+
+
+def header_quotes(path: Path) -> list[str]:
     prose = [line for line in path.read_text().splitlines() if line.startswith("#") and not line.startswith("#  ")]
     header = " ".join(line.lstrip("# ") for line in prose)  # the usage lines (indented) hold JSON, not quotes
-    reports = " ".join(re.sub(r"\s+", " ", p.read_text()) for p in PAPERS.glob("*.txt"))
-    for quote in re.findall(r'"([^"]+)"', re.sub(r"\s+", " ", header)):
-        assert quote in reports, f"{path.stem}: {quote!r} is not in any report"
+    return re.findall(r'"([^"]+)"', re.sub(r"\s+", " ", header))
+
+
+@pytest.mark.skipif(not PAPERS.exists(), reason="the reports' text is not here")
+@pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_quote_in_a_workflow_header_is_in_its_own_report(path):
+    report = re.sub(r"\s+", " ", (PAPERS / f"{own_report(path)}.txt").read_text())
+    for quote in header_quotes(path):
+        assert quote in report, f"{path.stem}: {quote!r} is not in {own_report(path)}"
+
+
+@pytest.mark.skipif(not PAPERS.exists(), reason="the reports' text is not here")
+def test_a_quote_from_another_report_is_refused():
+    """The check reads the study's own report only: a college quote in a monolingual header fails."""
+    college = re.sub(r"\s+", " ", (PAPERS / "bert-goes-to-college.txt").read_text())
+    mono = re.sub(r"\s+", " ", (PAPERS / "monolingual-pretraining-benefits.txt").read_text())
+    quote = "Our learning rate was $2 * 10^{-5}$"
+    assert quote in college and quote not in mono
+    assert own_report(WORKFLOWS / "reversed-layers.yaml") == "monolingual-pretraining-benefits"
+    assert own_report(WORKFLOWS / "nightly-regression.yaml") == "monolingual-pretraining-benefits"
+
+
+# 7. Model selection: the best epoch where the report selects, the last where it does not
+
+SELECTS = {"best": ("reversed-layers", "foreign-bert", "shuffled-embeddings", "english-embeddings",
+                    "init-distribution", "layer-removal", "crosslingual-mlm"),
+           "last": ("sequential-finetune", "layerwise-reinit", "head-reinit", "partial-reinit", "probing",
+                    "weight-similarity")}
+
+
+@pytest.mark.parametrize("rule, name", [(r, n) for r, names in SELECTS.items() for n in names])
+def test_each_study_states_its_selection_rule_and_uses_it(rule, name):
+    spec = study(name)
+    assert spec.regime.selection == rule and workflow_params(name)["selection"] == rule
+    assert {c.run.regime.selection for c in spec.cells()} == {rule}
+    header = re.sub(r"\s+", " ", " ".join(line.lstrip("# ") for line in
+                                          (WORKFLOWS / f"{name}.yaml").read_text().splitlines() if line.startswith("#")))
+    assert f"selection={rule}" in header
+    paper = conventions.of_study(name).selection
+    assert paper is not None and paper[0] == rule  # the study follows what its report did
+
+
+def test_the_reports_say_how_they_select():
+    quoted("monolingual-pretraining-benefits", "the best epoch of the best run is reported")
+    quoted("monolingual-pretraining-benefits", "performed once and the best epoch is reported")
+    quoted("crosslingual-finetuning-representations",
+           "Early stopping is followed based on the best validation accuracy at every 100 steps")
+    quoted("bert-goes-to-college", "For each experiment, we run for 3 epochs after reinitializing the relevant layers")
+    quoted("bert-goes-to-college", "We finetune with 3 epochs on the first finetuning task, and then 3 epochs on "
+                                   "the second finetuning task")
+    quoted("partial-reinitialization", "between the *bert-pretrained* and *bert-finetuned* models")
+
+
+def test_the_selection_is_part_of_a_run_id_and_absent_at_its_default():
+    best = StudySpec.from_params("s", {"tasks": '["rte"]', "seeds": "[1]"})[0].cells()[0].run
+    last = StudySpec.from_params("s", {"tasks": '["rte"]', "seeds": "[1]", "selection": "last"})[0].cells()[0].run
+    assert best.id != last.id  # a run made with one rule is never reused for the other
+    assert "selection" not in best.to_dict()["regime"]  # ids made before the setting existed still hold
+    assert last.to_dict()["regime"]["selection"] == "last"
+    per_variant = StudySpec.from_params("s", {"tasks": '["rte"]', "seeds": "[1]", "variants": json.dumps(
+        [{"name": "a", "interventions": []}, {"name": "b", "interventions": [], "regime": {"selection": "last"}}])})[0]
+    assert {c.variant: c.run.regime.selection for c in per_variant.cells()} == {"a": "best", "b": "last"}
+    with pytest.raises(BadInput, match="selection must be one of best, last .*got 'first'") as e:
+        StudySpec.from_params("s", {"selection": "first"})
+    assert "\n" not in str(e.value)
+
+
+# 8. Sequential fine-tuning: twice, the better score (college report, Experiment 1)
+
+def test_sequential_finetuning_runs_each_pair_twice():
+    quoted("bert-goes-to-college", "rather than running the experiment twice and taking the better score")
+    spec = study("sequential-finetune")
+    assert spec.seeds == (1, 2)
+    pairs = {(c.run.dataset.task, c.run.after.dataset.task if c.run.after else None) for c in spec.cells()}
+    assert len(spec.cells()) == 2 * len(pairs) == 2 * 4 * 5
+
+
+# 9. Layer-wise re-initialisation's range (college report: §4.4 against §5.3.2)
+
+def test_layerwise_reinit_follows_the_procedure_not_the_literal_scipy_call(tmp_path):
+    quoted("bert-goes-to-college", "the bounds are $a = -0.04$ and $b = 0.04$, with mean $\\mu = 0$ and standard "
+                                   "deviation $\\sigma = 0.02$")
+    quoted("bert-goes-to-college", "Our reinitialization uses *scipy.stats.truncnorm.rvs* with -0.02 and 0.02 as "
+                                   "the range")
+    quoted("bert-goes-to-college", "We reinitialize all pre-trained layers except the embeddings using the same "
+                                   "initialization scheme as the original BERT pretrained layers")
+    from scipy.stats import truncnorm
+
+    literal = truncnorm.rvs(-0.02, 0.02, size=100_000, random_state=0)  # scale 1: N(0, 1) cut to ±0.02
+    assert abs(literal).max() <= 0.02 and literal.std() == pytest.approx(0.02 / 3 ** 0.5, rel=0.01)  # ~uniform
+    from bertology.steps.build_checkpoint import make_checkpoint
+
+    spec = study("layerwise-reinit", preset="tiny")
+    variant = next(v for v in spec.variants if v.name == "reinit from 1")
+    assert chain(spec, "reinit from 1") == [{"name": "reinit", "params": {
+        "scope": "layers", "layers": "from:0", "layer_norms": True}}]
+    make_checkpoint(spec.checkpoint(spec.models[0], variant, 1), tmp_path)
+    from safetensors.torch import load_file
+
+    weights = load_file(str(tmp_path / "model.safetensors"))
+    drawn = torch.cat([t.flatten() for k, t in weights.items() if k.endswith("dense.weight") and ".layer." in k])
+    assert drawn.abs().max() <= 0.04  # cut at ±2 sd
+    assert drawn.std().item() == pytest.approx(0.02 * 0.8796, rel=0.05)  # a normal of sd 0.02 cut at ±2 sd
+    norms = [t for k, t in weights.items() if "LayerNorm" in k and ".layer." in k]
+    assert norms and all(torch.all(t == (1.0 if k.endswith("weight") else 0.0)) for k, t in weights.items()
+                         if "LayerNorm" in k and ".layer." in k)
+
+
+# 10. Partial re-initialisation's sizes (partial-reinitialization report, §4.3.1)
+
+def test_partial_reinit_sizes_follow_the_report_per_task():
+    quoted("partial-reinitialization", "We focus on two downstream tasks, QNLI and SST-2 and investigate three "
+                                       "different sizes: 100%, 10%, 1%.")
+    quoted("partial-reinitialization", "we run the experiment on 1% and 0.6% for SST-2 and QNLI respectively")
+    spec = study("partial-reinit")
+    sizes: dict[str, set] = {}
+    for c in spec.cells():
+        sizes.setdefault(c.run.dataset.task, set()).add(c.run.dataset.fraction)
+    assert sizes == {"sst2": {None, 0.1, 0.01, 0.006}, "qnli": {None, 0.1, 0.01, 0.006}, "cola": {None}}
+    # QNLI's 0.6% is 628 of its 104,743 training rows; SST-2's 1% is 673 of 67,349: "around 670 examples"
+    assert (round(104_743 * 0.006), round(67_349 * 0.01)) == (628, 673)
+    cola = {c.run.dataset.id for c in spec.cells() if c.run.dataset.task == "cola"}
+    assert cola == {c.run.dataset.id for c in study("weight-similarity").cells()
+                    if c.run.dataset.task == "cola" and c.run.dataset.fraction is None}  # 1 is all the data
+
+
+# 11. Probing freezes the pooler; head re-init's tensors are an assumption
+
+def test_probing_and_head_headers_say_what_is_assumed():
+    quoted("partial-reinitialization", "freeze the remaining layers' parameters, and train a classifier")
+    spec = study("probing")
+    from bertology.train.regimes import Schedule
+
+    assert spec.regime.name == "probe" and not Schedule.of(spec.regime).pooler_trained()
+    text = (WORKFLOWS / "probing.yaml").read_text()
+    assert "the pooler is frozen too" in text and "(and pooler) trains" not in text
+    head = re.sub(r"\s+", " ", (WORKFLOWS / "head-reinit.yaml").read_text())
+    assert "Assumed, because the report does not say which tensors a head owns" in head
 
 
 def test_plan_refuses_bad_task_settings_in_one_line_before_any_work(tmp_path):

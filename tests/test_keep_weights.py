@@ -59,3 +59,40 @@ def test_which_cells_keep_their_weights(keep):
     assert Cell.from_dict(cells[0].to_dict()) == cells[0]
     default, _ = StudySpec.from_params("s", {"tasks": '["rte", "cola"]', "intermediates": '["cola"]', "seeds": "[1]"})
     assert (spec.id == default.id) == (keep == "false")  # left out of the id at its default: old ids hold
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_an_analysis_stored_before_the_output_projection_rows(tmp_path, caplog, kept):
+    """Weight distances without `layer.N.output.dense.weight` (the partial-reinit report's measure) were
+    made by older code: analyze measures them again from kept weights; without weights it publishes them
+    as they are (training the run again for one row is not worth it) and says so."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    store = LocalStore(tmp_path)
+    prepare_data.prepare(store, RUN.dataset)
+    build_checkpoint.build(store, RUN.checkpoint)
+    cell = Cell("old", "pre-trained", "tiny:bert", RUN, keep_weights=kept)
+    _steps(store, cell)
+    key = run_key(RUN.id, "analyze")
+    table = pq.read_table(tmp_path / key / "weight_distance.parquet")
+    old = table.filter(pc.invert(pc.ends_with(table["module"], ".output.dense.weight")))
+    assert old.num_rows == table.num_rows - 4  # tiny: 4 layers, one projection row each
+    store.delete_prefix(key)
+    with store.artifact(key, {"spec": RUN.to_dict()}) as out:  # what the older analyze stored
+        pq.write_table(old, out / "weight_distance.parquet")
+    with caplog.at_level("INFO", logger="bertology"):
+        analyze.analyze(store, cell)
+    assert "training it again" not in caplog.text
+    published = scan(str(tmp_path), "weight_distance", study="old").collect()
+    projections = published.filter(published["module"].str.ends_with(".output.dense.weight")).height
+    if kept:
+        assert f"run {RUN.id}: its weight distances predate the output-projection rows; measuring again" in caplog.messages
+        assert projections == 4
+    else:
+        assert (f"run {RUN.id}: its weight distances predate the output-projection rows and its weights were not "
+                "kept; published as they are") in caplog.messages
+        assert projections == 0 and published.height == old.num_rows
+        from bertology.results.analysis import runs_without_projection
+
+        assert runs_without_projection(published) == 1

@@ -108,7 +108,9 @@ def write_study(root) -> tuple[object, list[Cell]]:
         publish(store, "weight_distance", cell, pa.Table.from_pylist([
             {"module": module, "layer": layer, "l2": (layer + 2) * cell.run.dataset.fraction + 0.1 * cell.run.seed,
              "rel_l2": 0.01, "n_params": 10} for module, layer in (("embeddings", -1), ("layer.0", 0),
-                                                                   ("layer.1", 1), ("pooler", 2))]))
+                                                                   ("layer.1", 1), ("pooler", 2))]
+            + [{"module": f"layer.{layer}.output.dense.weight", "layer": layer, "l2": layer + cell.run.dataset.fraction,
+                "rel_l2": 0.01, "n_params": 4} for layer in (0, 1)]))
         _model_profile(store, cell)
     _vocabulary(store, STUDY, "m")
     return store, cells
@@ -182,6 +184,9 @@ def test_tables_hold_the_hand_computed_numbers(report):
     by_layer = report.tables["weight_distance_by_layer"].filter(
         pl.col("variant") == "reinit-from-1", pl.col("task") == "rte", pl.col("fraction") == 1.0, pl.col("layer") == 0)
     assert by_layer["mean"][0] == pytest.approx(2.15) and by_layer["sd"][0] == pytest.approx(0.1 / math.sqrt(2))
+    projection = report.tables["weight_distance_output_projection"].filter(
+        pl.col("variant") == "reinit-from-1", pl.col("task") == "rte", pl.col("fraction") == 1.0)
+    assert projection.sort("layer")["mean"].to_list() == pytest.approx([1.0, 2.0])  # the report's Figure 3
     profile = report.tables["model_profile"].filter(pl.col("variant") == "reinit-from-2").row(0, named=True)
     assert profile["encoder_layers"] == 2 and profile["speedup"] == pytest.approx((4 * 301 + 3 * 302) / 7 / 101.5)  # one run missing
     heads = report.tables["head_deltas"].filter(pl.col("task") == "rte", pl.col("fraction") == 1.0,
@@ -201,7 +206,8 @@ def test_aggregate_writes_the_tables_and_the_same_report_bytes(study, report, tm
     assert tables == {f"{t}.parquet" for t in report.tables}
     assert {"main", "best_of_runs", "head_deltas", "head_delta_summary", "level_curves_k", "sequential_matrix",
             "forgetting_curve", "freezing_perplexity", "activation_distance", "weight_distance",
-            "weight_distance_by_layer", "model_profile", "vocabulary", "missing_runs"} == set(report.tables)
+            "weight_distance_by_layer", "weight_distance_output_projection", "model_profile", "vocabulary",
+            "missing_runs"} == set(report.tables)
     main_table = pl.read_parquet(f"{store.root}/{base}/tables/main.parquet")
     assert set(main_table["study_id"]) == {STUDY_ID}
     assert store.url(f"{base}/report.html") in written and str(tmp_path / "out" / "report.html") in written

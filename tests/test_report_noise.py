@@ -7,6 +7,7 @@ panels; level curves only along ordered levels; the notes' Markdown rendered in 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -146,6 +147,30 @@ def test_every_report_says_where_the_best_epoch_was_chosen_on_the_reported_split
                   for v in EFFECT for split in ("validation_matched", "validation_mismatched") for s in SEEDS])
     # MNLI selects on its first eval split (matched) only; mismatched is not selected on
     assert "reports for mnli validation_matched:" in markdown(build_report(_results("reversed-layers", mnli, REVERSED)))
+
+
+def test_every_report_says_which_selection_rule_its_runs_used_and_what_the_paper_did():
+    """bertology.results.selection: the rule from the plan's regime (a variant may override it), the paper's
+    from bertology.results.conventions, and a flag where they differ."""
+    mono = markdown(build_report(_results("reversed-layers", _reversed_runs(), REVERSED)))
+    assert ("Model selection: each run reports its best epoch on dev (by the primary metric on the task's first "
+            "eval split) (`selection=best`)") in mono
+    assert 'The report: each run at its best epoch ("the best epoch of the best run is reported", §7).' in mono
+    assert "This run differs" not in mono
+
+    def last(name, variants=REVERSED):
+        results = _results(name, _reversed_runs(), variants)
+        spec = {**results.spec, "regime": {"name": "full", "lr": 2e-5, "batch_size": 32, "epochs": 3,
+                                           "selection": "last"}}
+        return markdown(build_report(dataclasses.replace(results, spec=spec)))
+
+    college = last("layerwise-reinit")
+    assert "each run reports its last epoch (the weights fine-tuning ended with; no epoch chosen on dev)" in college
+    assert 'The report: no epoch is selected: "we run for 3 epochs after reinitializing the relevant layers"' in college
+    assert "was chosen on the split this table reports" not in college  # nothing was selected on dev
+    assert "This run differs from it (`selection=best` would follow it)." in last("reversed-layers")
+    mixed = last("layerwise-reinit", [REVERSED[0], {**REVERSED[1], "regime": {"selection": "best"}}, REVERSED[2]])
+    assert "`reversed` reports its best epoch on dev" in mixed and "`clean` reports its last epoch" in mixed
 
 
 HEADS = [{"name": "baseline", "interventions": []},

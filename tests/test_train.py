@@ -220,3 +220,25 @@ def test_a_regime_trains_exactly_its_parameters_through_the_loop(tiny, tmp_path,
             continue  # the head is new (drawn from the training seed)
         changed = not torch.equal(tensor, before[name])
         assert changed == name.startswith(tuple(moved)), name
+
+
+def test_selection_last_keeps_the_weights_training_ended_with_and_best_the_best_points(tiny, trained, tmp_path):
+    """The same run (seed 1, HP) with selection `last`: every epoch is still on the curve, identical to the
+    `best` run's; the saved weights and the reported point are the last epoch's, not the best one's."""
+    best, _, best_dir = trained
+    last, _ = run(tiny, tmp_path, hp=dataclasses.replace(HP, selection="last"))
+
+    def without_time(result):
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in result.curves]
+
+    assert without_time(last) == without_time(best)  # both rules record every epoch
+    assert (last.best_epoch, last.best_step) == (6, 192)
+    assert last.best_metrics == {k: v for k, v in last.curves[-1].items() if "/" in k}
+    _, _, val = tiny
+    reloaded, _ = evaluate(load_finetuned(tmp_path, TASK, "cpu"), TASK, val, batch_size=64, device="cpu")
+    assert reloaded == {"accuracy": last.curves[-1]["validation/accuracy"]}
+    assert best.best_epoch < 6  # this seed's best point is earlier, so the two rules saved different weights
+    a, b = _weights(best_dir), _weights(tmp_path)
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(BadInput, match="selection must be one of best, last, got 'first'"):
+        Hyper(selection="first")

@@ -204,12 +204,17 @@ class Regime:
     # A "native" model (a model reference) whose hidden states every evaluation point compares with the
     # fine-tuned model's, per layer, on a fixed batch of 16 sentences (the cross-lingual report's Fig. 1).
     reference: str | None = None
+    # Which evaluation point's weights are the run's result (evaluated, analysed, a sequential run's start):
+    # "best" on the first eval split, or "last" (bertology.train.loop). Part of the id: a run made with one
+    # rule is never reused for the other.
+    selection: str = "best"
 
+    SELECTIONS = ("best", "last")
     NAMES = ("full", "freeze", "gradual-unfreeze", "probe", "none")
-    # The schedule's settings are part of the id, but left out at their defaults, so that ids made
-    # before they existed (all `full`) still hold.
+    # The schedule's settings (and the selection) are part of the id, but left out at their defaults, so that
+    # ids made before they existed (all `full`, all selecting the best point) still hold.
     SCHEDULE: ClassVar[dict[str, Any]] = {"train_layers": None, "train_embeddings": False, "unfreeze_per_epoch": 4,
-                                          "eval_every": 0, "reference": None}
+                                          "eval_every": 0, "reference": None, "selection": "best"}
     # How a run executes, not what it computes (like the device): never part of a run id, and left out of
     # to_dict at their defaults, so every id made before they existed still holds.
     EXECUTION: ClassVar[dict[str, Any]] = {"checkpoint_every": 1000, "log_every": 50, "compile": False,
@@ -239,6 +244,7 @@ class Regime:
             train_embeddings=as_bool(d.get("train_embeddings", False), "train_embeddings"),
             unfreeze_per_epoch=as_int(d.get("unfreeze_per_epoch", 4), "unfreeze_per_epoch", 1),
             reference=_reference(d.get("reference")),
+            selection=_selection(d.get("selection", "best")),
         )
 
     def to_dict(self, *, execution: bool = True) -> dict:
@@ -248,6 +254,13 @@ class Regime:
         return {k: v for k, v in d.items()
                 if (k not in self.EXECUTION or (execution and v != self.EXECUTION[k]))
                 and (k not in self.SCHEDULE or v != self.SCHEDULE[k])}
+
+
+def _selection(value: Any) -> str:
+    if value in Regime.SELECTIONS:
+        return value
+    raise BadInput(f"selection must be one of {', '.join(Regime.SELECTIONS)} (the best evaluation point or the "
+                   f"last), got {value!r}")
 
 
 def _reference(value: Any) -> str | None:

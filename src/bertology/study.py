@@ -90,6 +90,8 @@ PARAMS: dict[str, tuple[str, str]] = {
     "task_settings": ("task-settings", "{}"),
     # sequential fine-tuning: each task is also fine-tuned after each of these (and directly)
     "intermediates": ("json-list", "[]"),
+    # which evaluation point's weights are each run's result: "best" (on the first eval split) or "last"
+    "selection": ("str", "best"),
     # evaluation and monitoring (the cross-lingual report: every 50 steps, against a native model)
     "eval_every": ("int", "0"),
     "reference": ("optional-str", ""),
@@ -129,7 +131,7 @@ def unmark(text: str) -> tuple[str, bool]:
     return stripped, False
 REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
                  "eval_every", "reference", "checkpoint_every", "log_every", "compile",
-                 "tracker")
+                 "tracker", "selection")
 
 # The settings task_settings may override per task, and which spec each lands in.
 TASK_DATASET_KEYS = ("fraction", "count", "max_length", "doc_stride", "eval_count")
@@ -302,6 +304,8 @@ class StudySpec:
         per_task = {k: v for k, v in self.task_settings.get(task, {}).items() if k in TASK_DATASET_KEYS}
         if "fraction" in per_task or "count" in per_task:  # a task's own size replaces the study's
             settings.update(fraction=None, count=None)
+        if per_task.get("fraction") == 1:  # all the data, the same dataset as a study's size 1 (sizes: None)
+            per_task["fraction"] = None
         settings.update(per_task)
         return DatasetSpec(task=task, source=self.source, tokenizer=model, subset_seed=self.subset_seed, **settings)
 

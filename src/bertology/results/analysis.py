@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from bertology.results import stats
+from bertology.results.tables import OUTPUT_PROJECTION
 
 # The labels that tell a study's groups of runs apart, besides the seed.
 FACTORS = ("model", "variant", "task", "intermediate", "fraction", "count")
@@ -188,20 +189,32 @@ def activation_distance_curves(distances: pl.LazyFrame | pl.DataFrame) -> pl.Dat
 
 
 def weight_distance_by_size(distances: pl.LazyFrame | pl.DataFrame, per: str = "module") -> pl.DataFrame:
-    """Partial-reinit report, Figure 3: the L2 distance between the built and the fine-tuned weights per
-    module (or, with per="layer", over all of a layer's modules: the root of their squares' sum), for each
-    training-data size, mean, sd and n over seeds, with the mean distance relative to the starting norm
-    (per module only)."""
+    """The L2 distance between the built and the fine-tuned weights, for each training-data size: mean, sd
+    and n over seeds, with the mean distance relative to the starting norm (per module and per output
+    projection). `per`: "module" (every row the analysis stored), "layer" (over all of a layer's sub-layer
+    modules: the root of their squares' sum) or "output-projection" (each layer's output dense weight matrix
+    alone: the partial-reinit report's Figure 3, bertology.steps.analyze)."""
     distances = distances.lazy()
     keys = _present(distances, FACTORS)
-    if per == "layer":
-        distances = (distances.group_by(*keys, "seed", "layer", maintain_order=True)
+    projection = pl.col("module").str.ends_with(OUTPUT_PROJECTION)
+    if per == "layer":  # the sub-layers, without the projection rows they already hold
+        distances = (distances.filter(~projection).group_by(*keys, "seed", "layer", maintain_order=True)
                      .agg(pl.col("l2").pow(2).sum().sqrt(), pl.lit(None, pl.Float64).alias("rel_l2")))
+    elif per == "output-projection":
+        distances = distances.filter(projection)
     elif per != "module":
-        raise ValueError(f"per must be 'module' or 'layer', got {per!r}")
-    where = ["layer"] if per == "layer" else ["layer", "module"]
+        raise ValueError(f"per must be 'module', 'layer' or 'output-projection', got {per!r}")
+    where = ["layer", "module"] if per == "module" else ["layer"]
     return (distances.group_by(*keys, *where, maintain_order=True)
             .agg(*_over_seeds("l2"), pl.col("rel_l2").mean()).collect())
+
+
+def runs_without_projection(distances: pl.LazyFrame | pl.DataFrame) -> int:
+    """How many runs with BERT sub-layers have no output-projection row (analysed before it existed)."""
+    per_run = distances.lazy().group_by("run_id").agg(
+        pl.col("module").str.contains(r"^layer\.\d+\.output$").any().alias("sublayers"),
+        pl.col("module").str.ends_with(OUTPUT_PROJECTION).any().alias("projection"))
+    return per_run.filter(pl.col("sublayers") & ~pl.col("projection")).select(pl.len()).collect().item()
 
 
 def model_profile_summary(profile: pl.LazyFrame | pl.DataFrame, baseline: str | None) -> pl.DataFrame:

@@ -5,10 +5,14 @@ The report's layout follows from what a study varies (bertology.results.report);
 parameter of each workflows/<study>.yaml). A study under another name gets no paper's conventions (the
 `bertology report --best-of-runs` flag still adds that section).
 
-- The monolingual report (§7) gives, beside mean ± sd over three runs, "the best epoch of the best run":
-  its six studies' reports carry the Best run section.
+- The monolingual report (§7) prints, for §3–4 (Tables 1, 3–5), "the best epoch of the best run" of three
+  runs, and for §5–6 (Tables 6–8) one run at its best epoch ("performed once and the best epoch is
+  reported"); it gives no mean or sd. Its studies' reports carry the Best run section, and the comparison
+  with the paper uses the report's own quantity (paper_numbers.csv's `quantity`: best, single).
 - The college report's Figure 2 (the sequential matrix) shows MRPC by accuracy ("MRPC … acc"), not by
-  F1, the task's primary metric.
+  F1, the task's primary metric, and the better of two runs.
+- How each report chose the weights it reports (`selection`: the best epoch on dev, or the last), with its
+  words, which a study's report prints beside the rule the study applied (bertology.results.selection).
 """
 
 from __future__ import annotations
@@ -22,13 +26,26 @@ class Conventions:
     best_of_runs: bool = False  # the Best run section ("best epoch of the best run")
     # task -> the metric the sequential matrix shows instead of the task's primary metric
     sequential_metrics: dict[str, str] = field(default_factory=dict)
+    # (the rule, "best" or "last", and how the report says so) for the weights it reports
+    selection: tuple[str, str] | None = None
 
 
 PAPERS: dict[str, Conventions] = {
-    "monolingual-pretraining-benefits": Conventions("monolingual-pretraining-benefits", best_of_runs=True),
-    "bert-goes-to-college": Conventions("bert-goes-to-college", sequential_metrics={"mrpc": "accuracy"}),
-    "partial-reinitialization": Conventions("partial-reinitialization"),
-    "crosslingual-finetuning-representations": Conventions("crosslingual-finetuning-representations"),
+    "monolingual-pretraining-benefits": Conventions(
+        "monolingual-pretraining-benefits", best_of_runs=True,
+        selection=("best", 'each run at its best epoch ("the best epoch of the best run is reported", §7).')),
+    "bert-goes-to-college": Conventions(
+        "bert-goes-to-college", sequential_metrics={"mrpc": "accuracy"},
+        selection=("last", ('no epoch is selected: "we run for 3 epochs after reinitializing the relevant layers" '
+                           "(§5.3.2), 3 epochs on each task of a sequential run (§5.3.1)."))),
+    "partial-reinitialization": Conventions(
+        "partial-reinitialization",
+        selection=("last", ("no epoch is selected (\"Epochs: 3\", §5.3, with Hugging Face's script, which "
+                           "evaluates after training; the weights compared are the *bert-finetuned* model's)."))),
+    "crosslingual-finetuning-representations": Conventions(
+        "crosslingual-finetuning-representations",
+        selection=("best", ('"Early stopping is followed based on the best validation accuracy at every 100 '
+                           'steps" (§A.3).'))),
 }
 
 # Each study workflow's name -> the paper it reproduces (the file name in the papers' folder).

@@ -13,10 +13,18 @@ reports' text (tests/test_paper_numbers.py checks it against that text):
 - our keys: study (the workflow), model (hub id), task, split, metric and variant (our names), intermediate
   ("none" for a direct fine-tune), layer/head (0-based, the report's 1-based "Layer 1" is 0), over/index
   (which head-delta summary row: the college report's Figures 7–10), step (the cross-lingual Table 1's
-  "#501" is step 500, assumed), quantity (what the number is: "mean" of a run's final metric over seeds,
-  "delta" from the baseline, "curve" at a training step, "value" of a one-off measurement such as a
-  vocabulary count, "summary:<stat>" of the head deltas), ordering_group (the cells whose order the table
-  implies, ";"-separated where a cell is in two).
+  "#501" is step 500, assumed), quantity (what the number is, in the report's own terms: "best", the best
+  of its runs, each at its selected epoch (the monolingual report's §3–4 tables: "the best epoch of the best
+  run", of three; the college report's sequential matrix: "the better score" of two); "single", one run (the
+  monolingual report's §5–6, the college report's other tables, the cross-lingual Table 2); "mean" over
+  runs; "delta" from the baseline; "curve" at a training step (mean over runs); "value" of a one-off
+  measurement such as a vocabulary count; "summary:<stat>" of the head deltas), ordering_group (the cells
+  whose order the table implies, ";"-separated where a cell is in two).
+
+Ours is the same quantity (`ours`): the best of our runs for "best", our mean over runs for "mean",
+"single", "delta" and "curve" (with one seed, the study's default where the report ran once, that is the
+one run; with more, the mean estimates one run), with our mean ± sd, n and the mean's bootstrap 95%
+interval beside it (`ours_mean`, `ours_sd`, `n`, `ci_low`, `ci_high`).
 
 Not transcribed: the partial-reinitialization report has no numeric results table (its results are Figures
 1–5 only; its Table 1 is task statistics), nor do the college report's Figures 1, 3 and 4 (plots); the
@@ -29,13 +37,13 @@ Orderings: within each ordering group, the paper's distinct values sorted descen
 cell of a level is above every cell of the next level ("A > B"; ties imply nothing). The text's stated
 orderings (e.g. "reversed models always outperform clean models", WNLI above RTE as CoLA's intermediate
 task) are all between cells of one group, so they are among these. The rule for our results, per ordering
-A > B (`ordering_status`):
+A > B (`ordering_status`), judged on the report's quantity (`ours`), shown with our means' intervals:
 - "not run": A or B has no result of ours, or both map to the same result (stand-ins merged two models);
-- "holds": our mean of A > our mean of B, and their bootstrap 95% intervals are disjoint, or either has
-  none (fewer than 2 seeds: the means decide alone);
-- "holds (within CI overlap)": our mean of A > B's but the intervals overlap;
-- "violated (within CI overlap)": our mean of A <= B's, intervals overlapping;
-- "violated": our mean of A <= B's, intervals disjoint or absent.
+- "holds": our A > our B, and the bootstrap 95% intervals of their means are disjoint, or either has
+  none (fewer than 2 seeds: the values decide alone);
+- "holds (within CI overlap)": our A > B but the intervals overlap;
+- "violated (within CI overlap)": our A <= B, intervals overlapping;
+- "violated": our A <= B, intervals disjoint or absent.
 The verdict counts the first two as holding: "12 of 14 orderings hold".
 
 Models: a paper model we ran is itself; one we did not run maps to the one model our results have for the
@@ -54,9 +62,13 @@ import polars as pl
 from bertology.results import stats
 
 KEYS = ("model", "task", "split", "metric", "variant", "intermediate", "layer", "head", "over", "index", "step")
-ORDERED = ("mean", "value", "curve")  # quantities whose cells take part in orderings
+ORDERED = ("mean", "best", "single", "value", "curve")  # quantities whose cells take part in orderings
 HOLDS = ("holds", "holds (within CI overlap)")
-OURS = {"ours": pl.Float64, "ours_sd": pl.Float64, "n": pl.Int64, "ci_low": pl.Float64, "ci_high": pl.Float64}
+OURS = {"ours": pl.Float64, "ours_mean": pl.Float64, "ours_sd": pl.Float64, "n": pl.Int64, "ci_low": pl.Float64,
+        "ci_high": pl.Float64}
+# What each quantity is, as the study report's table says it
+QUANTITIES = {"best": "best run", "single": "one run", "mean": "mean over runs", "delta": "Δ from the baseline",
+              "curve": "mean at the step", "value": "measured"}
 PROFILE_METRICS = ("n_params", "speedup", "intervention_cpu_seconds")
 VOCAB_METRICS = ("vocab_size", "english_like", "overlap", "english_window_share")
 DESCRIBE = ("n", "mean", "std", "min", "25%", "50%", "75%", "max")
@@ -77,22 +89,31 @@ def paper_numbers(study: str | None = None) -> pl.DataFrame:
     return numbers if study is None else numbers.filter(pl.col("study") == study)
 
 
-def our_values(summary: pl.DataFrame | None = None, *, head_summary: pl.DataFrame | None = None,
-               forgetting: pl.DataFrame | None = None, vocabulary: pl.DataFrame | None = None,
-               profile: pl.DataFrame | None = None) -> pl.DataFrame:
+def our_values(summary: pl.DataFrame | None = None, *, best: pl.DataFrame | None = None,
+               head_summary: pl.DataFrame | None = None, forgetting: pl.DataFrame | None = None,
+               vocabulary: pl.DataFrame | None = None, profile: pl.DataFrame | None = None) -> pl.DataFrame:
     """Our numbers in one long frame, keyed as paper_numbers: KEYS (String, null where a frame has no such
-    label), quantity, and ours (the value), ours_sd, n, ci_low, ci_high.
+    label), quantity, and ours (the value of that quantity), ours_mean, ours_sd, n, ci_low, ci_high.
 
     - summary: rows of bertology.results.stats.summarize (the main table's columns: model, task, split,
-      metric, variant, intermediate, n, mean, sd, ci_low, ci_high, delta): quantity "mean", and "delta"
-      where it has a delta;
+      metric, variant, intermediate, n, mean, sd, ci_low, ci_high, delta): quantities "mean" and "single"
+      (the mean: one run's expected value), and "delta" where it has a delta;
+    - best: rows of `all_metrics_best` (the summary's keys, best): quantity "best", beside the summary's
+      mean, sd, n and interval of the same group;
     - head_summary: analysis.head_delta_summary: quantity "summary:<stat>" per over/index;
     - forgetting: analysis.forgetting_curve: quantity "curve" per step (perplexity);
     - vocabulary: analysis.vocabulary_table; profile: analysis.model_profile_summary: quantity "value".
     """
     parts = []
     if summary is not None and not summary.is_empty():
-        parts.append(_long(summary, "mean", mean="mean", sd="sd", n="n", ci_low="ci_low", ci_high="ci_high"))
+        for quantity in ("mean", "single"):
+            parts.append(_long(summary, quantity, mean="mean", sd="sd", n="n", ci_low="ci_low", ci_high="ci_high"))
+        if best is not None and not best.is_empty():
+            keys = [k for k in summary.columns if k in best.columns and k not in ("n", "best", "best_seed")]
+            both = best.select(*keys, "best").join(summary, on=keys, how="inner", nulls_equal=True,
+                                                   maintain_order="left")
+            parts.append(_long(both, "best", mean="best", ours_mean="mean", sd="sd", n="n", ci_low="ci_low",
+                               ci_high="ci_high"))
         if "delta" in summary.columns:
             parts.append(_long(summary.filter(pl.col("delta").is_not_null()), "delta", mean="delta"))
     if head_summary is not None and not head_summary.is_empty():
@@ -114,8 +135,8 @@ def our_values(summary: pl.DataFrame | None = None, *, head_summary: pl.DataFram
 
 
 def compare_cells(study: str, ours: pl.DataFrame, *, comparable: bool = True) -> pl.DataFrame:
-    """Per transcribed cell of the study: the paper's value, ours (mean over seeds, sd, n, interval), and
-    ours - paper (`difference`, null where the values are not comparable: stand-in models, or `comparable`
+    """Per transcribed cell of the study: the paper's value, ours (the same quantity; our mean, sd, n and
+    interval beside it), and ours - paper (`difference`, null where the values are not comparable: stand-in models, or `comparable`
     False). `status`: "compared", "not comparable" or "not run"; `our_model` is the model matched."""
     paper = paper_numbers(study).with_row_index("_cell")
     mapped, stood_in = _map_models(paper, ours)
@@ -146,12 +167,14 @@ def compare_orderings(cells: pl.DataFrame) -> pl.DataFrame:
             for a in members.filter(pl.col("paper") == high).iter_rows(named=True):
                 for b in members.filter(pl.col("paper") == low).iter_rows(named=True):
                     rows.append({"report": a["report"], "table": a["table"], "group": group,
+                                 "quantity": a["quantity"],
                                  "ordering": f"{a[by]} > {b[by]}", "higher": a[by], "lower": b[by],
                                  "paper_higher": a["paper"], "paper_lower": b["paper"],
                                  "ours_higher": a["ours"], "ours_lower": b["ours"],
                                  "ci_higher": _interval(a), "ci_lower": _interval(b),
                                  "status": ordering_status(a, b)})
-    schema = {"report": pl.String, "table": pl.String, "group": pl.String, "ordering": pl.String,
+    schema = {"report": pl.String, "table": pl.String, "group": pl.String, "quantity": pl.String,
+              "ordering": pl.String,
               "higher": pl.String, "lower": pl.String, "paper_higher": pl.Float64, "paper_lower": pl.Float64,
               "ours_higher": pl.Float64, "ours_lower": pl.Float64, "ci_higher": pl.String, "ci_lower": pl.String,
               "status": pl.String}
@@ -186,15 +209,36 @@ def verdict(orderings: pl.DataFrame) -> str:
     return f"{held} of {tested} orderings hold" + (f" ({'; '.join(details)})" if details else "")
 
 
+def section_note(cells: pl.DataFrame, verdict: str) -> str:
+    """The study report's note on the comparison: the verdict, which quantity each of the report's tables
+    is and what of ours stands beside it, and the ordering rule."""
+    shown = cells.filter(pl.col("quantity").is_in(list(QUANTITIES)))
+    tables = (shown.group_by("quantity", maintain_order=True).agg(pl.col("table").unique(maintain_order=True))
+              .iter_rows())
+    said = {"best": "the best of the report's runs (each at its selected epoch), against the best of ours",
+            "single": "one run of the report's, against our mean over runs (our one run with one seed)",
+            "mean": "the report's mean over runs, against ours",
+            "delta": "a difference from the baseline, against our mean difference",
+            "curve": "the report's mean at a training step, against ours",
+            "value": "a measurement, against ours"}
+    kinds = "; ".join(f"{', '.join(t)}: {said[q]}" for q, t in tables)
+    return (f"{verdict}. The report's own numbers (paper_numbers.csv, transcribed from its tables) beside the same "
+            f"quantity of this run ({kinds}), with our mean ± sd over seeds beside it; difference = ours - the "
+            "report's. An ordering is each pair of cells the report's table puts in order (A > B); it is judged on "
+            "that quantity and holds when our A is above our B, \"within CI overlap\" when the bootstrap 95% "
+            "intervals of our two means overlap (rule: bertology.results.paper_comparison).")
+
+
 # -- helpers ----------------------------------------------------------------------------------------------
 
-def _long(frame: pl.DataFrame, quantity: str, *, mean: str, sd: str | None = None, n: str | None = None,
-          ci_low: str | None = None, ci_high: str | None = None) -> pl.DataFrame:
+def _long(frame: pl.DataFrame, quantity: str, *, mean: str, ours_mean: str | None = None, sd: str | None = None,
+          n: str | None = None, ci_low: str | None = None, ci_high: str | None = None) -> pl.DataFrame:
     def col(name: str | None, dtype) -> pl.Expr:
         return pl.col(name).cast(dtype) if name and name in frame.columns else pl.lit(None, dtype)
 
     keys = [(pl.col(k).cast(pl.String) if k in frame.columns else pl.lit(None, pl.String)).alias(k) for k in KEYS]
     out = frame.select(*keys, pl.lit(quantity).alias("quantity"), col(mean, pl.Float64).alias("ours"),
+                       col(ours_mean or (mean if sd else None), pl.Float64).alias("ours_mean"),
                        col(sd, pl.Float64).alias("ours_sd"), col(n, pl.Int64).alias("n"),
                        col(ci_low, pl.Float64).alias("ci_low"), col(ci_high, pl.Float64).alias("ci_high"))
     return out.with_columns(pl.col("intermediate").fill_null("none"))
@@ -247,6 +291,19 @@ def all_metrics_summary(runs: pl.LazyFrame | pl.DataFrame, baseline: str | None)
     primary one (the reports print MRPC accuracy, the test split's perplexity), plus "accuracy_f1_mean",
     the mean of accuracy and F1 per run and split (the college report's MRPC "Accuracy & F1", HF run_glue's
     combined score)."""
+    combined, by = _every_metric(runs)
+    return stats.summarize(combined, by=by, baseline=baseline)
+
+
+def all_metrics_best(runs: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
+    """The best run of each group (bertology.results.stats.best_of_runs: the largest value, the smallest for
+    perplexity) for every metric of `all_metrics_summary`, each on its own: the report's "best" cells."""
+    combined, by = _every_metric(runs)
+    return stats.best_of_runs(combined, by=by)
+
+
+def _every_metric(runs: pl.LazyFrame | pl.DataFrame) -> tuple[pl.LazyFrame, list[str]]:
+    """Every metric's rows, with "accuracy_f1_mean" added, and the keys that group them besides the variant."""
     runs = runs.lazy()
     columns = runs.collect_schema().names()
     labels = [c for c in columns if c not in ("run_id", "split", "metric", "value", "primary")]
@@ -257,4 +314,4 @@ def all_metrics_summary(runs: pl.LazyFrame | pl.DataFrame, baseline: str | None)
             .with_columns(pl.lit("accuracy_f1_mean").alias("metric"), pl.lit(False).alias("primary")))
     combined = pl.concat([runs, both.select(columns)], how="vertical")
     by = [c for c in ("model", "task", "intermediate", "fraction", "count", "split", "metric") if c in columns]
-    return stats.summarize(combined, by=by, baseline=baseline)
+    return combined, by

@@ -39,11 +39,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
-from bertology.errors import BadInput
-from bertology.results import analysis, conventions, paper_comparison, plots
+from bertology.results import analysis, conventions, paper_comparison, plots, selection
 from bertology.results.analysis import HEAD_AXES, ROWS
 from bertology.results.study_results import StudyResults
-from bertology.tasks.registry import get_task
 
 MAX_VARIANT_COLUMNS = 12
 FORGETTING_STEPS = 6  # evaluation steps the forgetting table prints (the plot and its Parquet keep all)
@@ -159,7 +157,7 @@ def _main(results, summary, levels):
             "bootstrap interval] (from two runs on), (n runs)"
             + ("; the figure draws each mean with that interval" + (f", and `{baseline}` as a dashed line"
                                                                      if baseline else "") if figures else "")
-            + "." + _selection_note(summary))
+            + ". " + selection.note(results.name, results.spec, summary))
     own = _own_models(results)
     if own and len(results.spec.get("models", [])) == 1:
         note += (" " + ", ".join(f"`{labels[v]}` is {m}" for v, m in own.items()) + " (a model of its own), shown "
@@ -186,25 +184,6 @@ def _main_figure(summary: pl.DataFrame, baseline: str | None) -> str | None:
     keys = _shown(labelled, [k for k in ROWS if k != "metric"], always=("task",)) + ["metric"]
     return plots.interval_panels(labelled.with_columns(_label(keys).alias("_panel")), panel="_panel",
                                  name="main", baseline=baseline)
-
-
-def _selection_note(summary: pl.DataFrame) -> str:
-    """Where a run's best epoch was chosen on the split the table reports (bertology.train.loop: the best
-    point by the primary metric on the task's first eval split), say so: that split's number is the best
-    of several epochs, an optimistic estimate; the other splits are not selected on."""
-    chosen = []
-    for task in summary["task"].unique(maintain_order=True):
-        try:
-            first = get_task(task).eval_splits[0]
-        except BadInput:  # a task this code does not know (older results): nothing to say
-            continue
-        if first in set(summary.filter(pl.col("task") == task)["split"]):
-            chosen.append(f"{task} {first}")
-    if not chosen:
-        return ""
-    return (" Each run's best epoch (by the primary metric) was chosen on the split this table reports for "
-            f"{', '.join(chosen)}: those numbers are the best of several epochs on the same data, an optimistic "
-            "estimate.")
 
 
 def _best_of_runs(results, summary, levels):
@@ -447,7 +426,8 @@ def _weights(results, summary, levels):
         return [], {}
     per_module = analysis.weight_distance_by_size(distances)
     per_layer = analysis.weight_distance_by_size(distances, per="layer")
-    lines = _sized(per_layer)
+    projection = analysis.weight_distance_by_size(distances, per="output-projection")
+    lines = _sized(projection if projection.height else per_layer)
     panel_keys = _shown(lines, ["model", "variant", "task", "intermediate"], always=("task",))
     lines = lines.with_columns(_label(panel_keys).alias("_panel"))
     names = weight_layer_names(per_module)
@@ -458,10 +438,18 @@ def _weights(results, summary, levels):
     shown = (lines.with_columns(_text(mean_sd_n, "mean", "sd", "n"))
              .pivot(on="data", on_columns=sizes_seen, index=[*panel_keys, "layer"], values="cell")
              .with_columns(pl.col("layer").replace_strict(names, return_dtype=pl.String)).fill_null("—"))
-    note = ("L2 distance between the built and the fine-tuned weights per layer (embeddings, layers 1 to L, "
-            "pooler), by training-data size, mean ± sd over seeds (the partial-reinit report's Figure 3); per module in tables/weight_distance.parquet.")
+    without = analysis.runs_without_projection(distances)
+    measured = ("each layer's output dense weight matrix (the partial-reinit report's Figure 3: \"the weight "
+                "matrices of the linear projections contained in the output sub-layer\")"
+                + (f"; {without} runs analysed before that measure existed are left out" if without else "")
+                if projection.height else "all of each layer's weights (embeddings, layers 1 to L, pooler; these "
+                "runs were analysed before the output-projection measure existed)")
+    note = (f"L2 distance between the built and the fine-tuned weights of {measured}, by training-data size, mean ± "
+            "sd over seeds; whole layers in tables/weight_distance_by_layer.parquet, per module in "
+            "tables/weight_distance.parquet.")
     return ([Section("Weight distance by training-data size", note, (("", shown),), _figures(figure))],
-            {"weight_distance": per_module, "weight_distance_by_layer": per_layer})
+            {"weight_distance": per_module, "weight_distance_by_layer": per_layer,
+             "weight_distance_output_projection": projection})
 
 
 def _profile(results, summary, levels):
@@ -556,6 +544,7 @@ def _paper(results, summary, levels):
              if summary is not None and set(HEAD_AXES) <= set(levels.columns) else None)
     ours = paper_comparison.our_values(
         paper_comparison.all_metrics_summary(t["runs"], results.baseline) if "runs" in t else None,
+        best=paper_comparison.all_metrics_best(t["runs"]) if "runs" in t else None,
         head_summary=heads,
         forgetting=analysis.forgetting_curve(t["curves"]) if "curves" in t else None,
         vocabulary=analysis.vocabulary_table(results.vocabulary) if results.vocabulary is not None else None,
@@ -565,11 +554,7 @@ def _paper(results, summary, levels):
     orderings = paper_comparison.compare_orderings(cells)
     verdict = paper_comparison.verdict(orderings)
     comparable = not (cells["status"] == "not comparable").any()
-    note = (f"{verdict}. The report's own numbers (paper_numbers.csv, transcribed from its tables) beside this "
-            "run's mean over seeds; difference = ours - the report's. An ordering is each pair of cells the "
-            "report's table puts in order (A > B); it holds when our mean of A is above B's, \"within CI "
-            "overlap\" when the bootstrap 95% intervals of the two overlap (rule: "
-            "bertology.results.paper_comparison).")
+    note = paper_comparison.section_note(cells, verdict)
     if not comparable:
         note += (" The models were stood in (a tiny or demo preset, or models other than the report's): the "
                  "values are not comparable, so no difference is given; compare the orderings only.")
@@ -579,14 +564,16 @@ def _paper(results, summary, levels):
                   always=("table", "row", "column"))
     shown_cells = run.select(
         *keys, pl.col("printed").alias("report"),
+        pl.col("quantity").replace(paper_comparison.QUANTITIES).alias("quantity"),
+        _text(lambda v: "—" if v is None else f"{v:.4g}", "ours", name="this run"),
         _text(lambda m, s, n: "—" if m is None else f"{m:.4g}" + ("" if s is None else f" ± {s:.2g}") + ("" if n is None else f" (n={n})"),
-              "ours", "ours_sd", "n", name="this run"),
+              "ours_mean", "ours_sd", "n", name="our mean ± sd"),
         _text(lambda d: "—" if d is None else f"{d:+.3f}", "difference", name="difference"), "status")
     named = pl.col("ordering")
     for name, label in labels.items():  # head variants as the papers number them (L1H1)
         named = named.str.replace_all(rf"\b{name}\b", label)
     shown_orderings = orderings.with_columns(named.alias("ordering")).select(
-        "table", "group", "ordering",
+        "table", "group", pl.col("quantity").replace(paper_comparison.QUANTITIES), "ordering",
         _text(lambda a, b: f"{a:.4g} > {b:.4g}", "paper_higher", "paper_lower", name="report"),
         _text(lambda a, b, ca, cb: f"{_num(a)} vs {_num(b)}" + (f" ({ca} vs {cb})" if ca and cb else ""),
               "ours_higher", "ours_lower", "ci_higher", "ci_lower", name="this run"), "status")

@@ -32,8 +32,12 @@ LABELS = pa.schema([
     ("intermediate", pa.string()),  # the task a sequential run was fine-tuned on first; null otherwise
 ])
 
+# The partial-reinit report's weight-similarity measure (§4.5): the output sub-layer's linear projection
+OUTPUT_PROJECTION = "output.dense.weight"
+
 TABLES: dict[str, pa.Schema] = {
-    # one row per run: the final evaluation of the best epoch
+    # one row per run: the final evaluation of the selected epoch (the regime's `selection`: the best on dev,
+    # or the last); `best_epoch` is that epoch's number whichever the rule
     "runs": pa.schema([
         ("split", pa.string()), ("metric", pa.string()), ("value", pa.float64()), ("primary", pa.bool_()),
         ("best_epoch", pa.int64()), ("epochs", pa.int64()), ("num_train", pa.int64()),
@@ -61,7 +65,8 @@ TABLES: dict[str, pa.Schema] = {
         ("reference", pa.string()), ("epoch", pa.int64()), ("step", pa.int64()), ("layer", pa.int64()),
         ("distance", pa.float64()), ("tokens", pa.int64()),
     ]),
-    # one row per module: how far fine-tuning moved the weights from the built checkpoint
+    # one row per module: how far fine-tuning moved the weights from the built checkpoint; and per layer one
+    # row for its output dense weight matrix alone (module `layer.N.` + OUTPUT_PROJECTION)
     "weight_distance": pa.schema([
         ("module", pa.string()), ("layer", pa.int64()), ("l2", pa.float64()), ("rel_l2", pa.float64()),
         ("n_params", pa.int64()),

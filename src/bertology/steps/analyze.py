@@ -2,10 +2,14 @@
 
 Per module (the embeddings; each encoder layer's sub-layers: attention.self (Q, K, V), attention.output,
 intermediate and output; the pooler): the L2 norm of the weight change over all of the module's tensors,
-and that norm relative to the module's starting norm. The partial-reinit report's Figure 3 measures the
-output sub-layer (`layer.N.output`); a whole layer is the root of its modules' summed squares, which the
-analysis computes. Reads the safetensors files directly, so no model is instantiated. Writes
-`runs/<run-id>/analyze/weight_distance.parquet`.
+and that norm relative to the module's starting norm; a whole layer is the root of its modules' summed
+squares, which the analysis computes. Besides, per layer, the partial-reinit report's own measure (§4.5,
+Figure 3): "the euclidean distance between the weight matrices of the linear projections contained in
+the output sub-layer", the output dense layer's weight matrix alone, without its bias or the sub-layer's
+LayerNorm (module `layer.N.output.dense.weight`). Reads the safetensors files directly, so no model is
+instantiated. Writes `runs/<run-id>/analyze/weight_distance.parquet`. An analysis stored before that row
+existed is measured again when the run's weights were kept; otherwise it is published as it is (training the
+run again for it is not worth it) and the study report counts the runs without the row.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bertology.results.tables import publish
+from bertology.results.tables import OUTPUT_PROJECTION, publish
 from bertology.spec import Cell
 from bertology.steps.common import read_or_rebuild, read_table, run_key
 from bertology.steps.finetune import checkpoint_dir, model_dir, redo_from_weights
@@ -27,6 +31,7 @@ from bertology.store import Store
 log = logging.getLogger("bertology")
 
 _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.((?:attention\.)?[^.]+)\.")
+_PROJECTION = re.compile(rf"^encoder\.layer\.(\d+)\.{re.escape(OUTPUT_PROJECTION)}$")
 
 
 def _encoder_tensors(directory: Path) -> dict:
@@ -60,10 +65,14 @@ def weight_distance(before_dir: Path, after_dir: Path) -> pa.Table:
     acc: dict[tuple[str, int], list[float]] = {}
     for name in shared:
         a, b = before[name].double(), after[name].double()
-        slot = acc.setdefault(module_of(name, num_layers), [0.0, 0.0, 0])
-        slot[0] += float((b - a).pow(2).sum())
-        slot[1] += float(a.pow(2).sum())
-        slot[2] += a.numel()
+        projection = _PROJECTION.match(name)
+        slots = [module_of(name, num_layers)]
+        if projection:  # also a row of its own: the output sub-layer's weight matrix
+            slots.append((f"layer.{projection.group(1)}.{OUTPUT_PROJECTION}", int(projection.group(1))))
+        for slot in (acc.setdefault(s, [0.0, 0.0, 0]) for s in slots):
+            slot[0] += float((b - a).pow(2).sum())
+            slot[1] += float(a.pow(2).sum())
+            slot[2] += a.numel()
     rows = [{"module": mod, "layer": layer, "l2": diff ** 0.5,
              "rel_l2": (diff ** 0.5) / (base ** 0.5) if base > 0 else float("nan"), "n_params": n}
             for (mod, layer), (diff, base, n) in sorted(acc.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
@@ -79,8 +88,25 @@ def analyze(store: Store, cell: Cell) -> str:
         redo_from_weights(store, cell, lambda: measure(store, cell))
     table = read_or_rebuild(store, key, lambda: read_table(store, key, "weight_distance.parquet"),
                             lambda: redo_from_weights(store, cell, lambda: measure(store, cell)))
+    if lacks_projection_rows(table):
+        if store.exists(f"{run_key(run.id, 'finetune')}/model/config.json"):  # kept weights: cheap to redo
+            log.info("run %s: its weight distances predate the output-projection rows; measuring again", run.id)
+            store.delete_prefix(key)
+            measure(store, cell)
+            table = read_table(store, key, "weight_distance.parquet")
+        else:  # training the run again for one analysis row is not worth it: the report says what is missing
+            log.info("run %s: its weight distances predate the output-projection rows and its weights were "
+                     "not kept; published as they are", run.id)
     publish(store, "weight_distance", cell, table)
     return key
+
+
+def lacks_projection_rows(table: pa.Table) -> bool:
+    """A BERT run's distances (it has `layer.N.output` sub-layers) without the output-projection rows: an
+    analysis stored before they existed. DistilBERT has no such sub-layer, so nothing is missing there."""
+    modules = set(table.column("module").to_pylist())
+    sublayers = any(re.fullmatch(r"layer\.\d+\.output", m) for m in modules)
+    return sublayers and not any(m.endswith(OUTPUT_PROJECTION) for m in modules)
 
 
 def measure(store: Store, cell: Cell, finetuned: Path | None = None) -> None:

@@ -122,8 +122,7 @@ def train_run(store: Store, cell: Cell) -> None:
     hp = Hyper(lr=r.lr, batch_size=r.batch_size, epochs=r.epochs, warmup_ratio=r.warmup_ratio,
                weight_decay=r.weight_decay, max_grad_norm=r.max_grad_norm, eval_batch_size=r.eval_batch_size,
                eval_every=r.eval_every, checkpoint_every=r.checkpoint_every, log_every=r.log_every,
-               compile=r.compile,
-               schedule=Schedule.of(r))
+               compile=r.compile, schedule=Schedule.of(r), selection=r.selection)
     monitor = None
     if r.reference is not None:
         from bertology import models

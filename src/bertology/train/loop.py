@@ -7,8 +7,13 @@ on CUDA, so torch.compile sees a few shapes: `Hyper.pad_multiple`); the task's h
 decides the head's initialisation, dropout, MLM masks and the data order. Every eval split is evaluated
 after every epoch, and also every `eval_every` steps (and before the first step) when that is set, as the
 forgetting curve needs; a `monitor` (the activation distance to a native model) runs at the same points.
-The best point (by the task's primary metric on the first eval split; lower is better for perplexity) is
-kept on the CPU and saved at the end, with the tokenizer, as an HF directory.
+Which point's weights are the result is the run's `selection`: `best`, the best point (by the task's
+primary metric on the first eval split; lower is better for perplexity), kept on the CPU as training goes
+(the monolingual report's "best epoch", the cross-lingual report's early stopping); or `last`, the weights
+after the last step (the college and partial-reinitialization reports evaluate after fine-tuning, as Hugging
+Face's scripts do). Either way every evaluation point is recorded in the curves, so both are available; the
+chosen weights are saved at the end, with the tokenizer, as an HF directory, and are what evaluation,
+weight distances and a sequential run's second task start from.
 
 The loop never waits for the GPU between steps: the loss is summed on the device and read only at
 logging points, so the host queues the next batch while the GPU works.
@@ -64,9 +69,11 @@ class Hyper:
     compile: bool = False  # torch.compile(dynamic=True): fewer kernel launches on a GPU, slow to start
     pad_multiple: int = 0  # batch widths round up to a multiple of this; 0: device.pad_multiple (8 compiled on CUDA)
     schedule: regimes.Schedule = field(default_factory=regimes.Schedule)  # which parameters train when
+    selection: str = "best"  # the result's weights: the best evaluation point ("best") or the last ("last")
 
     # How the loop runs, not what it computes (padding is masked out: it changes float noise only).
     EXECUTION = ("checkpoint_every", "log_every", "compile", "pad_multiple")
+    SELECTIONS = ("best", "last")
 
     def __post_init__(self):
         for name, low in (("batch_size", 1), ("epochs", 1), ("eval_batch_size", 1), ("eval_every", 0),
@@ -76,6 +83,8 @@ class Hyper:
                 raise BadInput(f"{name} must be an integer >= {low}, got {value!r}")
         if not isinstance(self.compile, bool):
             raise BadInput(f"compile must be true or false, got {self.compile!r}")
+        if self.selection not in self.SELECTIONS:
+            raise BadInput(f"selection must be one of {', '.join(self.SELECTIONS)}, got {self.selection!r}")
         for name, ok, allowed in (("lr", self.lr > 0, "> 0"),
                                   ("warmup_ratio", 0 <= self.warmup_ratio < 1, "in [0, 1)"),
                                   ("weight_decay", self.weight_decay >= 0, ">= 0"),
@@ -86,8 +95,9 @@ class Hyper:
 
 @dataclass
 class FinetuneResult:
-    best_epoch: int  # 1-based: the epoch of the best evaluation point
-    best_metrics: dict[str, float]  # "<split>/<metric>" at the best evaluation point
+    # The selected evaluation point (Hyper.selection): the best one, or the last one under `last`.
+    best_epoch: int  # 1-based: the epoch of the selected evaluation point
+    best_metrics: dict[str, float]  # "<split>/<metric>" at the selected evaluation point
     curves: list[dict] = field(default_factory=list)  # one row per evaluation point
     losses: list[dict] = field(default_factory=list)  # the training-loss series: epoch, step, train_loss, lr, seconds
     monitor: list[dict] = field(default_factory=list)  # the monitor's rows, stamped with epoch and step
@@ -116,10 +126,10 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
              monitor: Monitor | None = None,
              track: Callable[[list[dict], list[dict]], None] | None = None) -> FinetuneResult:
     """Fine-tune the model in `model_dir` on `train` (its task head freshly initialised with `new_head`),
-    evaluate `evals` (split -> prepared split) at every evaluation point, save the best point's model and
-    tokenizer to `out_dir`. With `state`, resume from its newest state and save one every
-    `hp.checkpoint_every` steps. `track(losses, curves)` is called after every step with the series so far
-    (an experiment tracker, bertology.tracking, sends the new points)."""
+    evaluate `evals` (split -> prepared split) at every evaluation point, save the selected point's model
+    (`hp.selection`: the best point or the last) and tokenizer to `out_dir`. With `state`, resume from its
+    newest state and save one every `hp.checkpoint_every` steps. `track(losses, curves)` is called after
+    every step with the series so far (an experiment tracker, bertology.tracking, sends the new points)."""
     started = time.perf_counter()
     device = pick_device(device)
     if not evals:
@@ -175,7 +185,8 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
     untrained = hp.schedule.name == "none"  # the model as built is the result: one evaluation, no steps
 
     def evaluation_point(epoch: int) -> None:
-        """Evaluate every split (and the monitor) now; keep the weights when this is the best point."""
+        """Evaluate every split (and the monitor) now; keep a copy of the weights when this is the best point
+        and the best point is the result (selection `best`: under `last` the weights at the end are)."""
         nonlocal eval_seconds, best, best_state, loss_sum, loss_steps
         eval_start = time.perf_counter()
         row = {"epoch": epoch, "step": step,
@@ -197,7 +208,8 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
                              else row[primary] > curves[best][primary]))
         if improved:
             best = len(curves) - 1
-            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            if hp.selection == "best":
+                best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         loss = "" if row["train_loss"] is None else f"train_loss {row['train_loss']:.4f} "
         log(f"epoch {epoch} step {step}: {loss}" + " ".join(f"{k} {v:.4f}" for k, v in row.items() if "/" in k)
             + (" (best)" if improved else ""))
@@ -262,10 +274,13 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
             if track is not None:
                 track(losses, curves)
 
-    model.load_state_dict(best_state)
+    if hp.selection == "best":
+        model.load_state_dict(best_state)
+        point = curves[best]
+    else:  # the weights as training left them, and the evaluation point made of them
+        point = curves[-1]
     model.save_pretrained(out_dir)  # safetensors (the default since transformers 4.35, the only format in 5)
     tokenizer.save_pretrained(out_dir)
-    point = curves[best]
     return FinetuneResult(
         best_epoch=point["epoch"],
         best_step=point["step"],
