@@ -46,7 +46,7 @@ demo: $(STAMP)
 test: lint $(CHROMIUM)
 	$(PY) -m pytest -q -p no:cacheprovider
 
-## lint: ruff; strict validation of every Argo YAML; the Helm chart (helm lint, then its rendered output:
+## lint: ruff; the import map's contracts (lint-imports); strict validation of every Argo YAML; the Helm chart (helm lint, then its rendered output:
 ## built-in kinds by kubernetes-validate, Argo kinds by bertology validate, the studies against the
 ## rendered step library); the pods Argo makes of every template against the "restricted" Pod Security
 ## Standard, and checkov over them and the chart (.checkov.yaml says why each skipped check is); hadolint
@@ -54,6 +54,7 @@ test: lint $(CHROMIUM)
 ## from the nav, fails it)
 lint: $(STAMP) $(K8S_TOOLS) $(CHECKOV_STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports  # the import map's layers, and no cycle in any package ([tool.importlinter])
 	$(VENV)/bin/bertology validate workflows/*.yaml workflows/templates/*.yaml
 	$(HELM) lint --strict charts/bertology
 	rm -rf $(CHART_OUT) && mkdir -p $(CHART_OUT)/argo

@@ -1,7 +1,7 @@
-"""Entry point of the regress step (nightly regression); the logic lives in bertology.results.regression."""
+"""Entry point of the regress step (nightly regression); the logic lives in bertology.steps.regress."""
 
-from bertology.results import regression
+from bertology.steps import regress
 from bertology.steps.harness import entry
 
 if __name__ == "__main__":
-    entry("regress", regression.run)
+    entry("regress", regress.run)

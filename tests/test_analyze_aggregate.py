@@ -15,7 +15,7 @@ from bertology.results.report import delta_table, main_table
 from bertology.results.tables import publish, results_key
 from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Intervention, RunSpec
 from bertology.steps.aggregate import aggregate
-from bertology.steps.analyze import lacks_projection_rows, weight_distance
+from bertology.steps.weight_distance import lacks_projection_rows, weight_distance
 from bertology.store import open_store
 
 

@@ -10,9 +10,9 @@ from transformers import AutoModel, BertConfig, BertForMaskedLM, BertForSequence
 
 from bertology.errors import BadInput
 from bertology.interventions import REGISTRY, Intervention, apply_chain, validate_chain
-from bertology.interventions.reinit import reinit_all
 from bertology.interventions.reverse_layers import encoder_layers, reverse_encoder_layers
 from bertology.models import save_checkpoint, tiny_bert
+from bertology.weight_init import reinit_all
 
 TRUNC_STD_FACTOR = 0.8796  # std of a standard normal truncated at ±2
 

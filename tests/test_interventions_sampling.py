@@ -21,8 +21,8 @@ from test_interventions import (
 from transformers import BertForMaskedLM
 
 from bertology.interventions import REGISTRY, apply_chain
-from bertology.interventions.sampling import child_seeds, permutation, trunc_normal_, truncated_normal
 from bertology.models import save_checkpoint
+from bertology.sampling import child_seeds, permutation, trunc_normal_, truncated_normal
 
 # ---------------------------------------------------------------- the truncated normal
 

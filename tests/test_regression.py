@@ -19,7 +19,6 @@ import yaml
 
 from bertology.argo.validate import load_documents
 from bertology.errors import BadInput, Transient
-from bertology.results import regression
 from bertology.results.regression import (
     DRIFT,
     MISSING,
@@ -33,6 +32,7 @@ from bertology.results.regression import (
     read_baseline,
     regress,
 )
+from bertology.steps import regress as regress_step
 from bertology.store import LocalStore, open_store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -253,7 +253,7 @@ def test_the_job_exit_codes_pass_drift_and_bad_input(tmp_path, capsys):
     spec = json.dumps({"name": STUDY, "id": STUDY_ID})
 
     def job(*params):
-        return main("regress", regression.run, ["--store", store.uri, "--spec", spec,
+        return main("regress", regress_step.run, ["--store", store.uri, "--spec", spec,
                                                 *[a for p in params for a in ("--param", p)]])
 
     assert job("promote=yes") == 2

@@ -287,7 +287,7 @@ def tiny_model(name: str, seed: int = 0) -> tuple[nn.Module, PreTrainedTokenizer
 
 def tiny_bert(seed: int = 0) -> tuple[BertModel, PreTrainedTokenizerFast]:
     """A tiny random BERT for tests and the offline demo; the same seed gives the same bytes."""
-    from bertology.interventions.reinit import reinit_all
+    from bertology.weight_init import reinit_all
 
     config = tiny_config()
     with torch.random.fork_rng(devices=[]):  # HF's own init draws from the global RNG; keep it untouched

@@ -68,8 +68,8 @@ def _train(model, tokenizer, rows: list) -> object:
     import numpy as np
     import torch
 
-    from bertology.interventions.reinit import reinit_all
     from bertology.tasks.corpora import IGNORE, mask_tokens
+    from bertology.weight_init import reinit_all
 
     config, rng = model.config, np.random.default_rng(tiny_recipe.SEED)
     reinit_all(model, std=config.initializer_range, generator=torch.Generator().manual_seed(tiny_recipe.SEED))

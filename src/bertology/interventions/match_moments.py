@@ -27,7 +27,7 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from bertology.errors import BadInput
 from bertology.interventions import tensor_globs
-from bertology.interventions.sampling import trunc_normal_
+from bertology.sampling import trunc_normal_
 
 RANDOM = True  # draws from the chain's generator: a new seed gives a new checkpoint
 DEFAULTS: dict = {"match": None, "std": 0.02, "tensors": ["*"]}

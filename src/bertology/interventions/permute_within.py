@@ -10,7 +10,7 @@ the chain's generator; a tied tensor is permuted once. Buffers (position ids) ar
 
 Speed: a BERT-base has 110M elements to permute, and Fisher-Yates is memory-latency bound, so tensors are
 spread over torch's intra-op thread count, each with its own generator seeded in model order from the
-chain's (sampling.child_seeds): the bytes do not depend on the thread count or scheduling.
+chain's (bertology.sampling.child_seeds): the bytes do not depend on the thread count or scheduling.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from torch import nn
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from bertology.interventions import tensor_globs
-from bertology.interventions.sampling import child_seeds, permutation
+from bertology.sampling import child_seeds, permutation
 
 RANDOM = True  # draws from the chain's generator: a new seed gives a new checkpoint
 DEFAULTS: dict = {"tensors": ["*"]}

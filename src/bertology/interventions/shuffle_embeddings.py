@@ -22,7 +22,7 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from bertology.errors import BadInput
 from bertology.interventions import parts
-from bertology.interventions.sampling import permutation
+from bertology.sampling import permutation
 
 RANDOM = True  # draws from the chain's generator: a new seed gives a new checkpoint
 DEFAULTS: dict = {"english_only": False}

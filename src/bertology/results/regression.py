@@ -42,9 +42,7 @@ import pyarrow.parquet as pq
 from scipy import stats as scipy_stats
 
 from bertology.errors import BadInput, BertologyError
-from bertology.steps.harness import require_study
-from bertology.store import Store, open_store
-from bertology.study import parse_pairs
+from bertology.store import Store
 from bertology.tasks.registry import TASKS
 
 log = logging.getLogger("bertology")
@@ -68,7 +66,7 @@ DEFAULT_TOLERANCES: dict[str, float | str] = {
 }
 METRIC_NAMES = sorted({m for task in TASKS.values() for m in task.metrics})
 TOLERANCE_EXAMPLE = '{"accuracy": 0.01, "perplexity": "10%"}'
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class Drift(BertologyError):
@@ -310,26 +308,8 @@ def _utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-# --- the regress step ------------------------------------------------------------------------------------
-
-PARAMS = ("baseline_store", "baseline", "promote", "tolerances")
 HOW_TO_PROMOTE = ("argo submit --from cronwf/bertology-nightly-regression -p promote=true "
                   "(locally: bertology run workflows/nightly-regression.yaml -p promote=true)")
-
-
-def _options(pairs: list[str]) -> dict[str, str]:
-    params = parse_pairs(pairs, "--param")
-    unknown = sorted(set(params) - set(PARAMS))
-    if unknown:
-        raise BadInput(f"unknown regress parameter '{unknown[0]}' (known: {', '.join(PARAMS)})")
-    promote_text = params.get("promote", "").strip().lower() or "false"
-    if promote_text not in ("true", "false"):
-        raise BadInput(f"parameter 'promote' must be true or false, got {params['promote']!r}")
-    name = params.get("baseline", "").strip() or "nightly"
-    if not _NAME.match(name):
-        raise BadInput(f"parameter 'baseline' must be a name of letters, digits, '.', '_' and '-', "
-                       f"got {name!r}")
-    return {**params, "promote": promote_text, "baseline": name}
 
 
 def regress(store: Store, study: str, study_id: str, *, baseline_store: Store, baseline: str,
@@ -367,11 +347,3 @@ def regress(store: Store, study: str, study_id: str, *, baseline_store: Store, b
         raise Drift(f"results drifted from baseline '{baseline}': {comparison.summary()}: {comparison.worst()} "
                     f"(the diff: {store.url(diff_key)}; if the change is intended: {HOW_TO_PROMOTE})")
     return comparison
-
-
-def run(store: Store, args) -> None:
-    name, study_id, _ = require_study(args, "regress")
-    options = _options(args.param)
-    baseline_store = open_store(options["baseline_store"]) if options.get("baseline_store") else store
-    regress(store, name, study_id, baseline_store=baseline_store, baseline=options["baseline"],
-            promote_it=options["promote"] == "true", tolerances=parse_tolerances(options.get("tolerances")))

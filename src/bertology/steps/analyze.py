@@ -1,83 +1,24 @@
-"""analyze: how far fine-tuning moved each module's weights away from the built checkpoint.
+"""analyze: the run's weight distances (bertology.steps.weight_distance) from its kept fine-tuned weights.
 
-Per module (the embeddings; each encoder layer's sub-layers: attention.self (Q, K, V), attention.output,
-intermediate and output; the pooler): the L2 norm of the weight change over all of the module's tensors,
-and that norm relative to the module's starting norm; a whole layer is the root of its modules' summed
-squares, which the analysis computes. Besides, per layer, the partial-reinit report's own measure (§4.5,
-Figure 3): "the euclidean distance between the weight matrices of the linear projections contained in
-the output sub-layer", the output dense layer's weight matrix alone, without its bias or the sub-layer's
-LayerNorm (module `layer.N.output.dense.weight`). Reads the safetensors files directly, so no model is
-instantiated. Writes `runs/<run-id>/analyze/weight_distance.parquet`. An analysis stored before that row
-existed is measured again when the run's weights were kept; otherwise it is published as it is (training the
-run again for it is not worth it) and the study report counts the runs without the row.
+Writes `runs/<run-id>/analyze/weight_distance.parquet` and publishes the `weight_distance` rows. An
+analysis stored before the output-projection rows existed is measured again when the run's weights were
+kept; otherwise it is published as it is (training the run again for it is not worth it) and the study
+report counts the runs without the row.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from bertology.results.tables import OUTPUT_PROJECTION, publish
+from bertology.results.tables import publish
 from bertology.spec import Cell
 from bertology.steps.common import read_or_rebuild, read_table, run_key
-from bertology.steps.finetune import checkpoint_dir, model_dir, redo_from_weights
+from bertology.steps.finetune import model_dir, redo_from_weights
 from bertology.steps.harness import require_cells
+from bertology.steps.weight_distance import lacks_projection_rows, measure
 from bertology.store import Store
 
 log = logging.getLogger("bertology")
-
-_LAYER = re.compile(r"^encoder\.layer\.(\d+)\.((?:attention\.)?[^.]+)\.")
-_PROJECTION = re.compile(rf"^encoder\.layer\.(\d+)\.{re.escape(OUTPUT_PROJECTION)}$")
-
-
-def _encoder_tensors(directory: Path) -> dict:
-    """The encoder's tensors keyed without the task-model prefix (`bert.`), heads dropped; DistilBERT's
-    `distilbert.transformer.layer.N` is named `encoder.layer.N` like BERT's."""
-    from safetensors.torch import load_file
-
-    tensors = {}
-    for path in sorted(directory.glob("*.safetensors")):
-        for name, t in load_file(path).items():
-            name = name.removeprefix("bert.").removeprefix("distilbert.").replace("transformer.layer.", "encoder.layer.")
-            if name.startswith(("embeddings.", "encoder.", "pooler.")) and t.is_floating_point():
-                tensors[name] = t
-    return tensors
-
-
-def module_of(name: str, num_layers: int) -> tuple[str, int]:
-    """(module, layer index): `layer.N.<sub-layer>` in the encoder, embeddings at layer -1, the pooler at L."""
-    m = _LAYER.match(name)
-    if m:
-        return f"layer.{m.group(1)}.{m.group(2)}", int(m.group(1))
-    if name.startswith("embeddings."):
-        return "embeddings", -1
-    return "pooler", num_layers
-
-
-def weight_distance(before_dir: Path, after_dir: Path) -> pa.Table:
-    before, after = _encoder_tensors(before_dir), _encoder_tensors(after_dir)
-    shared = sorted(set(before) & set(after))
-    num_layers = 1 + max((int(m.group(1)) for n in shared if (m := _LAYER.match(n))), default=-1)
-    acc: dict[tuple[str, int], list[float]] = {}
-    for name in shared:
-        a, b = before[name].double(), after[name].double()
-        projection = _PROJECTION.match(name)
-        slots = [module_of(name, num_layers)]
-        if projection:  # also a row of its own: the output sub-layer's weight matrix
-            slots.append((f"layer.{projection.group(1)}.{OUTPUT_PROJECTION}", int(projection.group(1))))
-        for slot in (acc.setdefault(s, [0.0, 0.0, 0]) for s in slots):
-            slot[0] += float((b - a).pow(2).sum())
-            slot[1] += float(a.pow(2).sum())
-            slot[2] += a.numel()
-    rows = [{"module": mod, "layer": layer, "l2": diff ** 0.5,
-             "rel_l2": (diff ** 0.5) / (base ** 0.5) if base > 0 else float("nan"), "n_params": n}
-            for (mod, layer), (diff, base, n) in sorted(acc.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
-    return pa.Table.from_pylist(rows)
-
 
 def analyze(store: Store, cell: Cell) -> str:
     run = cell.run
@@ -85,14 +26,14 @@ def analyze(store: Store, cell: Cell) -> str:
     if store.is_done(key):
         log.info("run %s: analyze cached", run.id)
     else:
-        redo_from_weights(store, cell, lambda: measure(store, cell))
+        redo_from_weights(store, cell, lambda: _measure_published(store, cell))
     table = read_or_rebuild(store, key, lambda: read_table(store, key, "weight_distance.parquet"),
-                            lambda: redo_from_weights(store, cell, lambda: measure(store, cell)))
+                            lambda: redo_from_weights(store, cell, lambda: _measure_published(store, cell)))
     if lacks_projection_rows(table):
         if store.exists(f"{run_key(run.id, 'finetune')}/model/config.json"):  # kept weights: cheap to redo
             log.info("run %s: its weight distances predate the output-projection rows; measuring again", run.id)
             store.delete_prefix(key)
-            measure(store, cell)
+            _measure_published(store, cell)
             table = read_table(store, key, "weight_distance.parquet")
         else:  # training the run again for one analysis row is not worth it: the report says what is missing
             log.info("run %s: its weight distances predate the output-projection rows and its weights were "
@@ -101,23 +42,8 @@ def analyze(store: Store, cell: Cell) -> str:
     return key
 
 
-def lacks_projection_rows(table: pa.Table) -> bool:
-    """A BERT run's distances (it has `layer.N.output` sub-layers) without the output-projection rows: an
-    analysis stored before they existed. DistilBERT has no such sub-layer, so nothing is missing there."""
-    modules = set(table.column("module").to_pylist())
-    sublayers = any(re.fullmatch(r"layer\.\d+\.output", m) for m in modules)
-    return sublayers and not any(m.endswith(OUTPUT_PROJECTION) for m in modules)
-
-
-def measure(store: Store, cell: Cell, finetuned: Path | None = None) -> None:
-    """Weight distances between the built checkpoint and the fine-tuned weights (both verified; or, as for
-    evaluate, the fine-tune step's own output directory before it is published)."""
-    run = cell.run
-    weights = finetuned / "model" if finetuned is not None else model_dir(store, cell)
-    table = weight_distance(checkpoint_dir(store, run.checkpoint), weights)
-    with store.artifact(run_key(run.id, "analyze"), {"spec": run.to_dict()}) as out:
-        pq.write_table(table, out / "weight_distance.parquet")
-    log.info("run %s: weight distance over %d modules", run.id, table.num_rows)
+def _measure_published(store: Store, cell: Cell) -> None:
+    measure(store, cell, model_dir(store, cell))  # damaged weights are trained again first
 
 
 def run(store: Store, args) -> None:

@@ -29,16 +29,10 @@ from bertology import tracking
 from bertology.errors import BadInput
 from bertology.results.tables import TABLES, publish
 from bertology.spec import Cell
-from bertology.steps import build_checkpoint, prepare_data
-from bertology.steps.common import (
-    checkpoint_key,
-    dataset_key,
-    local_model_ref,
-    read_or_rebuild,
-    read_table,
-    run_key,
-)
+from bertology.steps import scoring, weight_distance
+from bertology.steps.common import local_model_ref, read_or_rebuild, read_table, run_key
 from bertology.steps.harness import require_cells
+from bertology.steps.inputs import checkpoint_dir, dataset_dir
 from bertology.store import Store
 
 log = logging.getLogger("bertology")
@@ -151,11 +145,9 @@ def train_run(store: Store, cell: Cell) -> None:
             "wall_seconds": result.wall_seconds, "device": result.device, "num_train": result.num_train,
             "throughput": result.throughput, "epochs": r.epochs}, indent=2))
         if not cell.keep_weights:  # used here, before they leave the pod, then dropped
-            from bertology.steps.analyze import measure
-            from bertology.steps.evaluate import score
-
-            score(store, cell, finetuned=out)
-            measure(store, cell, finetuned=out)
+            trained = json.loads((out / "result.json").read_text())
+            scoring.score(store, cell, out / "model", trained)
+            weight_distance.measure(store, cell, out / "model")
             shutil.rmtree(out / "model")
     state.clear()
 
@@ -173,18 +165,6 @@ def redo_from_weights(store: Store, cell: Cell, redo: Callable[[], object]) -> N
         redo()
 
 
-def checkpoint_dir(store: Store, spec) -> Path:
-    """The built checkpoint's files, verified; a damaged checkpoint is rebuilt first (deterministic)."""
-    key = checkpoint_key(spec.id)
-    return read_or_rebuild(store, key, lambda: store.local_dir(key), lambda: build_checkpoint.build(store, spec))
-
-
-def dataset_dir(store: Store, spec) -> Path:
-    """The prepared dataset's files, verified; a damaged dataset is prepared again first."""
-    key = dataset_key(spec.id)
-    return read_or_rebuild(store, key, lambda: store.local_dir(key), lambda: prepare_data.prepare(store, spec))
-
-
 def model_dir(store: Store, cell: Cell) -> Path:
     """The fine-tuned weights of the cell's run, verified; damaged weights are trained again first. A run
     published without its weights (not `keep_weights`) is named, not guessed at."""
@@ -194,6 +174,13 @@ def model_dir(store: Store, cell: Cell) -> Path:
         raise BadInput(f"run {cell.run.id} was published without its fine-tuned weights (they are kept only with "
                        f"keep_weights=true); run the study again with keep_weights=true")
     return weights
+
+
+def trained_result(store: Store, cell: Cell) -> dict:
+    """The run's result.json (best epoch, wall time, device, ...), verified; a damaged one is trained again."""
+    tuned = run_key(cell.run.id, "finetune")
+    return read_or_rebuild(store, tuned, lambda: json.loads(store.read_member(tuned, "result.json")),
+                           lambda: train_run(store, cell))
 
 
 def run(store: Store, args) -> None:
