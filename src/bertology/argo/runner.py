@@ -370,6 +370,7 @@ class _Run:
         self._log = log
         self.events: Callable[[RunEvent], None] | None = None  # progress hook (bertology.console)
         self.stopping = False  # set by terminate(): no new attempt starts, no retry follows
+        self.engine = None  # a bertology.argo.engines.ContainerEngine: each pod runs in its image
 
     def notify(self, event: RunEvent) -> None:
         if self.events is not None:
@@ -563,8 +564,9 @@ class _Run:
             with self.limits.hold(key, semaphores):
                 started = time.time() + skipped_s
                 timeout = None if deadline is None else max(0.0, deadline - started)
+                launch = self.engine and self.engine.launcher(template, container, node_dir, out_dir, len(attempts))
                 phase, code, message = self._process(node_name, argv, self._env(container, out_dir), log_path,
-                                                     len(attempts), timeout)
+                                                     len(attempts), timeout, launch)
                 finished = time.time() + skipped_s
                 values: dict[str, str] = {}
                 if phase == "Succeeded":
@@ -610,7 +612,7 @@ class _Run:
         return env
 
     def _process(self, node: str, argv: list[str], env: dict[str, str], log_path: Path, attempt: int,
-                 timeout: float | None) -> tuple[str, int | None, str]:
+                 timeout: float | None, launch: Callable | None = None) -> tuple[str, int | None, str]:
         """Run one attempt, streaming its output; returns (phase, exit code, message). A `timeout` (the
         maxDuration deadline of a retry) ends it as the kubelet ends a pod past its activeDeadlineSeconds."""
         self.emit(node, f"started (attempt {attempt + 1}, command in {log_path})")
@@ -619,7 +621,9 @@ class _Run:
             if self.stopping:
                 return "Error", None, "the local run was stopped"
             try:
-                if self.zygote is not None and argv[0] == sys.executable and argv[1:2] == ["-m"]:
+                if launch is not None:  # in its image (engines.py)
+                    process = launch()
+                elif self.zygote is not None and argv[0] == sys.executable and argv[1:2] == ["-m"]:
                     process = self.zygote.spawn(argv[2], argv[3:], env, self.project_root)
                 else:  # its own process group, as a pod: terminate() reaches the step's children too;
                     # it dies with the runner, as a pod with its node (a kill of the runner's group misses it)
@@ -665,7 +669,7 @@ class _Run:
             return "Failed", code, "Pod was active on the node longer than the specified deadline"
         if code == 0:
             return "Succeeded", 0, ""
-        return "Failed", code, f"exit code {code}"
+        return "Failed", code, getattr(process, "reason", "") or f"exit code {code}"
 
     def terminate(self, grace_s: float = LOCAL_GRACE_S) -> None:
         """Stop the run as Argo stops a workflow: SIGTERM to every running step's process group, SIGKILL
@@ -850,6 +854,7 @@ def run_workflow(
     max_backoff_s: float = MAX_LOCAL_BACKOFF_S,
     dry_run: bool = False,
     events: Callable[[RunEvent], None] | None = None,
+    engine: Any = None,
 ) -> RunResult:
     """Validate, check the local feature subset, then run the file's Workflow (or a CronWorkflow's
     workflowSpec, once). Raises BadInput before anything runs; a failed step is a result, not an error.
@@ -870,6 +875,7 @@ def run_workflow(
                Limits(prepared.parallelism, prepared.semaphores), log, max_backoff_s)
     run.dry_run = dry_run
     run.events = events
+    run.engine = engine
     sems = ", ".join(f"{k}={v}" for k, v in sorted(prepared.semaphores.items()))
     run.emit(prepared.name, f"running {path} locally (at most {prepared.parallelism} containers at once"
                             + (f"; semaphores {sems}" if sems else "") + f"; node directories under {workdir})")
