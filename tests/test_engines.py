@@ -108,17 +108,19 @@ def test_no_engine_installed_is_one_line_with_how_to_install(tmp_path):
     """`bertology run --engine podman` where neither is on PATH: exit 2, one line, before anything runs."""
     done = subprocess.run([sys.executable, "-m", "bertology.cli", "run", "workflows/reversed-layers.yaml",
                            "-p", "preset=tiny", "--store", str(tmp_path / "store"), "--engine", "podman"],
-                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "PATH": str(tmp_path)})
+                          check=False, cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PATH": str(tmp_path)})
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        "error: 'podman' is not installed: install one: apt-get install -y podman runc (Debian/Ubuntu), or "
-        "Docker with its daemon running"]
+        ("error: 'podman' is not installed: install one: apt-get install -y podman runc (Debian/Ubuntu), or "
+        "Docker with its daemon running")]
     assert not (tmp_path / "store" / "studies").exists()
 
 
 def test_an_unknown_engine_is_refused_by_the_flag():
     done = subprocess.run([sys.executable, "-m", "bertology.cli", "run", "workflows/reversed-layers.yaml",
-                           "--engine", "kubernetes"], cwd=REPO, capture_output=True, text=True)
+                           "--engine", "kubernetes"], check=False, cwd=REPO, capture_output=True,
+                          text=True)
     assert done.returncode == 2
     assert "invalid choice: 'kubernetes' (choose from 'local', 'podman', 'docker')" in done.stderr
 

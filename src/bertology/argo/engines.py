@@ -76,6 +76,8 @@ class ContainerEngine:
         self.root = Path(project_root)
         self.workflow = workflow
         self.images: dict[str, str] = {}  # image key -> local NAME:TAG
+        self.running: set[str] = set()  # containers started and not yet removed
+        self._lock = threading.Lock()
 
     # -- before anything runs
 
@@ -152,6 +154,19 @@ class ContainerEngine:
             raise BadInput(f"store {uri} cannot be reached from a container ({image}, host network, "
                            f"variables {', '.join(names) or 'none'} passed on): {last}")
 
+    def close(self) -> None:
+        """Remove every container still there: a stopped run's threads never reach their Pod.wait()."""
+        with self._lock:
+            names = sorted(self.running)
+            self.running.clear()
+        if names:
+            self.remove(*names)
+
+    def remove(self, *names: str) -> None:
+        """Kill (no grace: the runner has given it already) and remove these containers."""
+        now = ["--time", "0"] if self.engine == "podman" else []
+        subprocess.run([*self.command, "rm", "--force", *now, *names], check=False, capture_output=True)
+
     # -- one attempt
 
     def launcher(self, template: dict, container: dict, node_dir: Path, out_dir: Path, attempt: int):
@@ -211,7 +226,8 @@ class Pod(subprocess.Popen):
         self._done = False
         self.name = re.sub(r"[^a-zA-Z0-9_.-]+", "-", f"{engine.workflow}-{node_dir.name}")[:180] + \
             f"-{attempt + 1}-{uuid.uuid4().hex[:6]}"
-        self.pod_dir = node_dir / f"pod-{attempt + 1}"
+        # the engine's -v cannot take a path with ':' or ',' (a node's directory may have both)
+        self.pod_dir = node_dir.parent / "pods" / self.name
         shutil.rmtree(self.pod_dir, ignore_errors=True)
         mounts = ContainerEngine._volumes(template, container, f"template '{template['name']}'")
         fs_group = (template.get("securityContext") or {}).get("fsGroup")
@@ -229,6 +245,8 @@ class Pod(subprocess.Popen):
             if limit is not None:
                 self.limits[path] = (volume["name"], quantity(limit), str(limit))
         command = engine.run_command(template, container, self.name, self.volumes)
+        with engine._lock:
+            engine.running.add(self.name)
         super().__init__(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                          start_new_session=True, preexec_fn=die_with_parent)
         if self.limits:
@@ -256,7 +274,9 @@ class Pod(subprocess.Popen):
     def _finish(self, code: int) -> None:
         state = subprocess.run([*self.engine.command, "inspect", "--format", "{{.Id}} {{.State.OOMKilled}}",
                                 self.name], check=False, capture_output=True, text=True).stdout.split()
-        subprocess.run([*self.engine.command, "rm", "--force", self.name], check=False, capture_output=True)
+        self.engine.remove(self.name)
+        with self.engine._lock:
+            self.engine.running.discard(self.name)
         if self.evicted:
             self.reason = self.evicted
         elif state[1:] == ["true"] or (code in (137, -9) and state and _kernel_oom_killed(state[0])):

@@ -893,6 +893,8 @@ def run_workflow(
     finally:
         if run.zygote is not None:
             run.zygote.close()
+        if engine is not None:
+            engine.close()  # the containers of attempts a stop cut short
         run.reaper.close()
     code = 0
     if root.phase != "Succeeded":
