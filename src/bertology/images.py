@@ -39,13 +39,16 @@ PUBLIC_BASE = "python:3.12.8-slim-bookworm"
 LOCAL_BASE_RECIPE = ("mmdebstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
                      "bookworm", "-")
 INSTALL_HINT = "install one: apt-get install -y podman runc (Debian/Ubuntu), or Docker with its daemon running"
+TORCH = "torch==2.13.0"
 TORCH_SOURCES = {
-    # (base, torch build) -> the pip options that choose torch (the Dockerfile's TORCH_PIP_OPTIONS)
-    ("public", "cpu"): "--index-url https://download.pytorch.org/whl/cpu",
-    ("public", "cuda"): "",  # PyPI's Linux wheel is the CUDA build
-    ("local", "cpu"): "",  # this machine's pip settings (mounted): its torch CPU wheel
-    # PyPI's CUDA wheel, bypassing this machine's pip settings (they prefer the CPU wheel)
-    ("local", "cuda"): "--isolated --cert /etc/ssl/certs/ca-certificates.crt",
+    # (base, torch build) -> (TORCH, TORCH_PIP_OPTIONS), the Dockerfiles' build arguments
+    ("public", "cpu"): (TORCH, "--index-url https://download.pytorch.org/whl/cpu"),
+    ("public", "cuda"): (TORCH, ""),  # PyPI's Linux wheel is the CUDA build
+    ("local", "cpu"): (TORCH, ""),  # this machine's pip settings (mounted): its torch CPU wheel
+    # PyPI's CUDA wheel: `===` matches the version string exactly, 2.13.0 and not this machine's 2.13.0+cpu,
+    # which its pip settings (/etc/pip.conf: --isolated leaves it in force) would otherwise prefer
+    ("local", "cuda"): ("torch===2.13.0",
+                        "--isolated --cert /etc/ssl/certs/ca-certificates.crt --index-url https://pypi.org/simple"),
 }
 
 
@@ -131,10 +134,11 @@ def image_id(engine: str, ref: str) -> str | None:
 def find_image(engine: str, image: str, tree: str) -> str | None:
     """The newest local image of `image` built from a tree with hash `tree`, as NAME:TAG."""
     listed = subprocess.run(
+        # two label filters would be ORed by podman (docker ANDs them); a label and a reference are ANDed by both
         [*engine_command(engine), "images", "--filter", f"label={TREE_LABEL}={tree}",
-         "--filter", f"label={IMAGE_LABEL}={image}", "--format", "{{.Repository}}:{{.Tag}}"],
+         "--filter", f"reference={PREFIX}{image}", "--format", "{{.Repository}}:{{.Tag}}"],
         check=False, capture_output=True, text=True)
-    refs = [line for line in listed.stdout.split() if not line.endswith(":<none>")]
+    refs = [line for line in listed.stdout.split() if line.startswith(PREFIX) and not line.endswith(":<none>")]
     return refs[0] if listed.returncode == 0 and refs else None
 
 
@@ -206,7 +210,8 @@ def build(root: Path, *, engine: str, base: str = "public", train_torch: str | N
         mounts, pip_conf = host_pip(Path(tmp)) if base == "local" else ([], "")
         for image, name in IMAGES.items():
             torch = "cpu" if image == "cpu" else train_torch
-            args = {"BASE_IMAGE": base_ref, "TORCH_PIP_OPTIONS": TORCH_SOURCES[(base, torch)]}
+            requirement, options = TORCH_SOURCES[(base, torch)]
+            args = {"BASE_IMAGE": base_ref, "TORCH": requirement, "TORCH_PIP_OPTIONS": options}
             tree = tree_hash(root, image)
             ref = f"{PREFIX}{name}:{_sha(tree, json.dumps(args, sort_keys=True), str(base_id), pip_conf)[:16]}"
             if image_id(engine, ref):

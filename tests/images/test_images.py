@@ -106,7 +106,7 @@ def test_the_tiny_study_in_podman_equals_the_in_process_run(built, s3_server, mo
     for engine, store in stores.items():
         started = time.monotonic()
         done = bertology("run", "workflows/reversed-layers.yaml", "-p", "preset=tiny", "--store", store,
-                         "--engine", engine, env=env)
+                         "--engine", engine, env=env, timeout=3600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         print(f"{engine}: {time.monotonic() - started:.1f} s")
         runs[engine] = (scan(store, "runs", study="reversed-layers").collect()

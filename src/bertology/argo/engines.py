@@ -143,7 +143,9 @@ class ContainerEngine:
                            f"moto on loopback with AWS_ENDPOINT_URL), or --engine local")
         names = [n for n in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL") if n in env]
         image = self.images.get("cpu") or next(iter(self.images.values()))
-        check = f"from bertology.store import open_store; open_store({uri!r}).check_writable()"
+        key = f"_probes/{uuid.uuid4().hex}"  # a real write: S3's check_writable checks nothing
+        check = (f"from bertology.store import open_store; s = open_store({uri!r}); "
+                 f"s.write_bytes({key!r}, b'ok'); s.delete_key({key!r})")
         probe = subprocess.run(
             [*self.command, "run", "--rm", "--network", "host", *images.ulimits(), "--read-only",
              *(["--read-only-tmpfs=false"] if self.engine == "podman" else []),
