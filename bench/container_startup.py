@@ -2,7 +2,7 @@
 
 A workflow of `--pods` container tasks in a chain, each with the step library's `finetune` settings (the
 training image, its securityContext, emptyDir and limits) and a step that does what every real step does
-first: `import bertology.steps.finetune` (torch, transformers, datasets). The local runner forks each from a
+first, import its module: `python -m bertology.steps.finetune` (torch, transformers, datasets). The local runner forks each from a
 warm interpreter by default, or starts a fresh one (--no-fork-server); a container adds its own start and
 removal to a fresh interpreter. The podman run uses moto's S3 on loopback as its store (the engine checks it).
 Prints seconds per pod, end to end (the fork server's own start included), for each engine; needs the images (`make images BASE=local`).
@@ -37,7 +37,7 @@ def workflow(directory: Path, pods: int) -> Path:
     for key in ("inputs", "outputs", "retryStrategy", "synchronization", "tolerations"):
         step.pop(key, None)
     step["name"] = "step"
-    step["container"].update(command=["python", "-c", "import bertology.steps.finetune"], args=[])
+    step["container"].update(command=["python", "-m", "bertology.steps.finetune"], args=[])
     tasks = [{"name": f"p{i}", "template": "step", **({"depends": f"p{i - 1}"} if i else {})} for i in range(pods)]
     doc = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "startup"},
            "spec": {"entrypoint": "main", "templates": [{"name": "main", "dag": {"failFast": False, "tasks": tasks}},

@@ -5,8 +5,9 @@ engine sees it, and its build arguments (the base image, the torch source). The 
 own `Dockerfile.dockerignore` allowlist, which BuildKit and podman 4.3's buildah both honour (checked in
 tests/test_images.py); it is listed here with the docker SDK's implementation of the same rules. So an
 unchanged tree rebuilds nothing, and a changed one never runs stale code. Each image also carries the hash
-of its Dockerfile and context alone (label `io.bertology.tree`), by which `bertology run --engine podman`
-finds the image built from the tree it runs, whatever base it was built on (bertology.argo.engines).
+of its Dockerfile and context alone (label `io.bertology.tree`), and the image `make images` built or
+confirmed last for a tree is also tagged NAME:tree-HASH, by which `bertology run --engine podman` finds the
+image built from the tree it runs, whatever base and torch it was built with (bertology.argo.engines).
 
 `BASE=local` builds on a Debian base made here with mmdebstrap (no registry but Debian's) and takes torch
 and every package from this machine's own pip settings, mounted into the build (podman only: docker's build
@@ -131,15 +132,15 @@ def image_id(engine: str, ref: str) -> str | None:
     return probe.stdout.strip() or None if probe.returncode == 0 else None
 
 
+def current_tag(image: str, tree: str) -> str:
+    """The name `make images` gives the image it last built or confirmed for a tree: a tree can have several
+    (a CPU and a CUDA training image, a local and a public base), and the runner takes the one made last."""
+    return f"{PREFIX}{image}:tree-{tree}"
+
+
 def find_image(engine: str, image: str, tree: str) -> str | None:
-    """The newest local image of `image` built from a tree with hash `tree`, as NAME:TAG."""
-    listed = subprocess.run(
-        # two label filters would be ORed by podman (docker ANDs them); a label and a reference are ANDed by both
-        [*engine_command(engine), "images", "--filter", f"label={TREE_LABEL}={tree}",
-         "--filter", f"reference={PREFIX}{image}", "--format", "{{.Repository}}:{{.Tag}}"],
-        check=False, capture_output=True, text=True)
-    refs = [line for line in listed.stdout.split() if line.startswith(PREFIX) and not line.endswith(":<none>")]
-    return refs[0] if listed.returncode == 0 and refs else None
+    """The image `make images` last built or confirmed for `image` from a tree with hash `tree`, as NAME:TAG."""
+    return current_tag(image, tree) if image_id(engine, current_tag(image, tree)) else None
 
 
 # --- building --------------------------------------------------------------------------------------------
@@ -227,6 +228,7 @@ def build(root: Path, *, engine: str, base: str = "public", train_torch: str | N
                 if subprocess.run(command, check=False, cwd=root, env=env).returncode != 0:
                     raise RuntimeError(f"building {ref} failed: {' '.join(command)}")
                 log(f"{ref}: built in {time.monotonic() - started:.0f} s")
+            subprocess.run([*engine_command(engine), "tag", ref, current_tag(name, tree)], check=True)
             if registry and version:  # the name the chart pulls (values images.*), for a push
                 subprocess.run([*engine_command(engine), "tag", ref, f"{registry}/{name}:{version}"], check=True)
             built[image] = ref
