@@ -6,7 +6,7 @@ the template describes, which a kubelet would start:
 
 - image: the template's reference mapped by its name, as the chart maps it (charts/bertology/templates/
   _helpers.tpl: `bertology-cpu` -> values images.cpu), to the local image built from this very tree
-  (bertology.images: label io.bertology.tree); none yet: `make images`, before anything runs;
+  (bertology.images: the tag NAME:tree-HASH); none yet: `make images`, before anything runs;
 - the substituted command and args, as `--dry-run` prints them (the container's own /tmp/outputs);
 - env: the template's values; a secretKeyRef / configMapKeyRef variable takes this machine's same-named
   variable, as the local runner does (the value never enters the command line), else stays unset;
