@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# tests/images/ builds the container images and runs studies in them: `make test-images`, not `make test`.
+collect_ignore = [] if os.environ.get("BERTOLOGY_IMAGE_TESTS") else ["images"]
 
 
 def _free_port() -> int:

@@ -187,6 +187,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(workflow, params, templates, args, semaphores)
     project_root = _project_root(workflow, Path(args.templates) if args.templates else None)
+    engine = None
+    if args.engine != "local":  # every pod in its image (bertology.argo.engines); checked before anything runs
+        from bertology.argo.engines import for_workflow
+
+        engine = for_workflow(args.engine, workflow, params, templates, project_root, store.uri)
     leftovers.sweep()  # what killed runs left in $TMPDIR; the newest work directories are kept
     workdir = leftovers.make("run", workflow.stem)
     print(f"bertology run {workflow} (store {store.uri}, step logs in {workdir})", flush=True)
@@ -195,8 +200,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         result = run_workflow(workflow, params=params, templates_dir=templates, workdir=workdir,
                               project_root=project_root, parallelism=parallelism,
-                              semaphores=semaphores, fork_server=not args.no_fork_server,
-                              max_backoff_s=args.max_backoff, log=console.log, events=console.event)
+                              semaphores=semaphores, fork_server=not args.no_fork_server and engine is None,
+                              max_backoff_s=args.max_backoff, log=console.log, events=console.event,
+                              engine=engine)
     except BadInput as e:
         raise _with_hint(e, templates) from None
     except Stopped as e:  # every step and the fork server are stopped by now (run_workflow's cleanup)
@@ -492,6 +498,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--tracker", default=None, metavar="NAME",
                    help="track each fine-tune in wandb, mlflow or tensorboard (sets -p tracker=NAME; default: none)")
     r.add_argument("--templates", default=None, help="WorkflowTemplate directory (default: beside the workflow)")
+    r.add_argument("--engine", choices=("local", "podman", "docker"), default="local",
+                   help="local: each step a process here (default); podman | docker: each pod in its image, as "
+                        "its template says (images from `make images`; the store must be s3://)")
     r.add_argument("--no-fork-server", action="store_true",
                    help="start every step as a fresh interpreter instead of forking a warm one")
     r.set_defaults(fn=cmd_run)

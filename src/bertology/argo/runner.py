@@ -390,6 +390,7 @@ class _Run:
         self.stopping = False  # set by terminate(): no new attempt starts, no retry follows
         self.deadlines = deadlines.Deadlines()  # the Workflow's activeDeadlineSeconds (deadlines.py)
         self.on_exit = False  # running the exit handler: no Workflow deadline applies
+        self.engine = None  # a bertology.argo.engines.ContainerEngine: each pod runs in its image
 
     def notify(self, event: RunEvent) -> None:
         if self.events is not None:
@@ -623,8 +624,10 @@ class _Run:
                     kill = self.deadlines.kill(own_seconds, time.time(), self.on_exit)
                     if kill is not None and kill[1] == deadlines.WORKFLOW_MESSAGE and kill[0] <= time.time():
                         raise DeadlinePassed("no pod is created past the Workflow's deadline")
+                    launch = self.engine and self.engine.launcher(template, container, node_dir, out_dir,
+                                                                  len(attempts))
                     phase, code, message = self._process(node_name, argv, self._env(container, out_dir), log_path,
-                                                         len(attempts), kill)
+                                                         len(attempts), kill, launch)
                     if phase == "Succeeded":
                         try:
                             values = _read_outputs(outputs, out_dir)
@@ -675,16 +678,19 @@ class _Run:
         return env
 
     def _process(self, node: str, argv: list[str], env: dict[str, str], log_path: Path, attempt: int,
-                 kill: tuple[float, str] | None) -> tuple[str, int | None, str]:
+                 kill: tuple[float, str] | None, launch: Callable | None = None) -> tuple[str, int | None, str]:
         """Run one attempt, streaming its output; returns (phase, exit code, message). `kill` (when, message)
-        stops it as a pod past a deadline is stopped (deadlines.py); the node gets that message."""
+        stops it as a pod past a deadline is stopped (deadlines.py); the node gets that message. `launch`
+        starts it in its image instead of as a host process (engines.py)."""
         self.emit(node, f"started (attempt {attempt + 1}, command in {log_path})")
         with log_path.open("a") as log_file:
             log_file.write(f"--- attempt {attempt + 1}: {shlex.join(argv)}\n")
             if self.stopping:
                 return "Error", None, "the local run was stopped"
             try:
-                if self.zygote is not None and argv[0] == sys.executable and argv[1:2] == ["-m"]:
+                if launch is not None:  # in its image (engines.py)
+                    process = launch()
+                elif self.zygote is not None and argv[0] == sys.executable and argv[1:2] == ["-m"]:
                     process = self.zygote.spawn(argv[2], argv[3:], env, self.project_root)
                 else:  # its own process group, as a pod: terminate() reaches the step's children too;
                     # it dies with the runner, as a pod with its node (a kill of the runner's group misses it)
@@ -730,7 +736,9 @@ class _Run:
             return "Failed", code, kill[1]  # type: ignore[index]
         if code == 0:
             return "Succeeded", 0, ""
-        return "Failed", code, termination.node_message(code, termination.read(_termination_log(log_path.parent)))
+        # a container engine's own reason (OOMKilled, an eviction) first, as Argo's inferFailedReason does
+        return "Failed", code, getattr(process, "reason", "") or termination.node_message(
+            code, termination.read(_termination_log(log_path.parent)))
 
     def terminate(self, grace_s: float = LOCAL_GRACE_S) -> None:
         """Stop the run as Argo stops a workflow: SIGTERM to every running step's process group, SIGKILL
@@ -926,6 +934,7 @@ def run_workflow(
     max_backoff_s: float = MAX_LOCAL_BACKOFF_S,
     dry_run: bool = False,
     events: Callable[[RunEvent], None] | None = None,
+    engine: Any = None,
 ) -> RunResult:
     """Validate, check the local feature subset, then run the file's Workflow (or a CronWorkflow's
     workflowSpec, once). Raises BadInput before anything runs; a failed step is a result, not an error.
@@ -947,6 +956,7 @@ def run_workflow(
     run.dry_run = dry_run
     run.events = events
     run.deadlines = deadlines.Deadlines.of(prepared.spec, time.time())
+    run.engine = engine
     sems = ", ".join(f"{k}={v}" for k, v in sorted(prepared.semaphores.items()))
     run.emit(prepared.name, f"running {path} locally (at most {prepared.parallelism} containers at once"
                             + (f"; semaphores {sems}" if sems else "") + f"; node directories under {workdir})")
@@ -972,6 +982,8 @@ def run_workflow(
     finally:
         if run.zygote is not None:
             run.zygote.close()
+        if engine is not None:
+            engine.close()  # the containers of attempts a stop cut short
         run.reaper.close()
     phase, message = exit_handler.outcome(root.phase, root.message, exit_node)
     code = 0
