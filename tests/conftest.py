@@ -136,7 +136,8 @@ def errors_after(tmp_path: Path, change, fixture: str = "toy.yaml") -> list[str]
     """The validator's errors for an Argo fixture after `change` edits its (first) document."""
     import yaml
 
-    from bertology.argo.validate import load_documents, validate_file
+    from bertology.argo.documents import load_documents
+    from bertology.argo.validate import validate_file
 
     templates = ARGO_FIXTURES / "templates"
     doc = load_documents(ARGO_FIXTURES / fixture if (ARGO_FIXTURES / fixture).exists() else templates / fixture)[0]

@@ -10,7 +10,8 @@ import pytest
 import yaml
 from conftest import errors_after
 
-from bertology.argo.validate import ValidationFailed, load_documents, validate_file, validate_or_raise
+from bertology.argo.documents import load_documents
+from bertology.argo.validate import ValidationFailed, validate_file, validate_or_raise
 from bertology.errors import BadInput
 
 FIXTURES = Path(__file__).parent / "fixtures" / "argo"
@@ -92,7 +93,7 @@ def test_api_version_and_kind(tmp_path):
 def test_flag_takes_effect_even_if_hera_was_imported_first():
     code = (
         "import hera.workflows, sys\n"
-        "from bertology.argo.validate import _strict_models\n"
+        "from bertology.argo.schema import _strict_models\n"
         "m = _strict_models()['Workflow']\n"
         "try:\n"
         "    m.model_validate({'spec': {'templates': [{'name': 'a', 'container': {'imagee': 'x'}}]}})\n"

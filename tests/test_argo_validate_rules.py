@@ -12,7 +12,8 @@ import yaml
 from conftest import errors_after
 
 from bertology.argo.cron import CronError, load_location, parse_standard
-from bertology.argo.validate import load_documents, validate_file
+from bertology.argo.documents import load_documents
+from bertology.argo.validate import validate_file
 
 FIXTURES = Path(__file__).parent / "fixtures" / "argo"
 TEMPLATES = FIXTURES / "templates"

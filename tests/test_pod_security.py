@@ -22,7 +22,7 @@ import yaml
 from test_chart import HELM, LIBRARY, REPO, _chart_with_library, by_kind, helm_template, render
 
 from bertology.argo import pods
-from bertology.argo.validate import Source, load_library
+from bertology.argo.documents import Source, load_library
 from bertology.errors import BadInput
 from bertology.pod_security import DOCS, violations
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from bertology.argo.validate import load_documents
+from bertology.argo.documents import load_documents
 from bertology.errors import BadInput, Transient
 from bertology.results.regression import (
     DRIFT,

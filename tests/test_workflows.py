@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bertology.argo.documents import Source, effective_spec, load_documents, load_library
 from bertology.argo.runner import check_supported
-from bertology.argo.validate import Source, effective_spec, load_documents, load_library, validate_file
+from bertology.argo.validate import validate_file
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / "workflows"

@@ -1,11 +1,13 @@
 """Our Argo YAML, checked strictly and run locally: the same files run on a cluster and on one machine.
 
-validate: strict schema (hera's models, unknown keys forbidden) + reference checks.
+documents: the YAML as documents (loading, the WorkflowTemplate library), shared by both.
+validate: strict schema (hera's models, unknown keys forbidden), Argo's own rules, reference checks.
 runner:   executes a Workflow / CronWorkflow on this machine with Argo's semantics (DESIGN §8).
 """
 
+from bertology.argo.documents import load_documents
 from bertology.argo.runner import NodeResult, RunResult, check_supported, run_workflow
-from bertology.argo.validate import ValidationFailed, load_documents, validate_file, validate_or_raise
+from bertology.argo.validate import ValidationFailed, validate_file, validate_or_raise
 
 __all__ = [
     "NodeResult",

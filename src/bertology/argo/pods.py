@@ -37,14 +37,14 @@ from pathlib import Path
 import yaml
 
 from bertology import pod_security
-from bertology.argo.validate import (
-    ARGO_NEWEST,
+from bertology.argo.documents import (
     Source,
     effective_spec,
     load_documents,
     load_library,
     resolve_task_template,
 )
+from bertology.argo.schema import ARGO_NEWEST
 from bertology.errors import EXIT_BAD_INPUT, BadInput
 
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"  # workflow/common/common.go LabelKeyWorkflow

@@ -49,6 +49,15 @@ from bertology.argo import dag as dags
 from bertology.argo import deadlines, exit_handler, fanout, termination
 from bertology.argo.concurrency import DeadlinePassed, Limits, semaphore_names
 from bertology.argo.dag import FAILED, dag_phase
+from bertology.argo.documents import (
+    TAG,
+    Source,
+    effective_spec,
+    load_documents,
+    load_library,
+    resolve_task_template,
+    task_dependencies,
+)
 from bertology.argo.expressions import (
     ExpressionError,
     TaskOutcome,
@@ -59,16 +68,7 @@ from bertology.argo.parent_death import die_with_parent
 from bertology.argo.reaper import Reaper
 from bertology.argo.retries import Attempt, RetryError, RetryStrategy, exit_code
 from bertology.argo.substitution import SubstitutionError, item_scope, render
-from bertology.argo.validate import (
-    TAG,
-    Source,
-    effective_spec,
-    load_documents,
-    load_library,
-    resolve_task_template,
-    task_dependencies,
-    validate_or_raise,
-)
+from bertology.argo.validate import validate_or_raise
 from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput
 
 # --- what the local runner supports ----------------------------------------------------------------------
