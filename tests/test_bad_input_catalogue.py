@@ -59,6 +59,7 @@ def _files(tmp: Path) -> None:
     (tmp / "not-yaml.yaml").write_text("spec: [unclosed\n  - {a: b\n")
     (tmp / "list.yaml").write_text("- just\n- a list\n")
     text = WORKFLOW.read_text()
+    (tmp / "metadata-scalar.yaml").write_text(text.replace("metadata:\n  generateName:", "metadata: x\nx:\n  generateName:"))
     (tmp / "unknown-key.yaml").write_text(text.replace("  workflowTemplateRef:", "  entrypiont: main\n  workflowTemplateRef:"))
     (tmp / "typo-template.yaml").write_text(text.replace("{name: bertology-study}", "{name: bertology-studdy}"))
     (tmp / "list-params.yaml").write_text("- lr\n")
@@ -131,6 +132,7 @@ CLI = [  # `bertology ...` arguments; {tmp} is the test's directory, {store} its
     ("yaml-not-yaml", ["run", "{tmp}/not-yaml.yaml", "--templates", "{templates}"], ["not-yaml.yaml", "invalid YAML"]),
     ("yaml-not-utf8", ["run", "{tmp}/latin1.yaml", "--templates", "{templates}"], ["latin1.yaml", "not UTF-8", "byte 0xe9"]),
     ("yaml-a-list", ["run", "{tmp}/list.yaml", "--templates", "{templates}"], ["list.yaml", "a list", "mapping"]),
+    ("yaml-metadata-not-a-mapping", ["run", "{tmp}/metadata-scalar.yaml", "--templates", "{templates}"], ["metadata-scalar.yaml", "metadata is a str", "mapping"]),
     ("yaml-unknown-key", ["run", "{tmp}/unknown-key.yaml", "--templates", "{templates}"], ["entrypiont"]),
     ("yaml-template-typo", ["run", "{tmp}/typo-template.yaml", "--templates", "{templates}"], ["bertology-studdy", "not found", "--templates"]),
     ("yaml-missing", ["run", "{tmp}/nope.yaml", "--templates", "{templates}"], ["nope.yaml", "not found"]),

@@ -45,6 +45,9 @@ def load_documents(path: str | Path) -> list[dict]:
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict):
             raise BadInput(f"{path}: document {i + 1} is a {type(doc).__name__}, expected a mapping")
+        if not isinstance(doc.get("metadata", {}), (dict, type(None))):
+            raise BadInput(f"{path}: document {i + 1}'s metadata is a {type(doc['metadata']).__name__}, "
+                           f"expected a mapping (name, generateName, labels, ...)")
     return docs
 
 
