@@ -23,13 +23,14 @@ import polars as pl
 import pytest
 import yaml
 
-from bertology import store as store_module
 from bertology.results.tables import results_key
 from bertology.steps import analyze, build_checkpoint, evaluate, finetune, prepare_data
 from bertology.steps.common import checkpoint_key, dataset_key, run_key
 from bertology.steps.harness import main
 from bertology.steps.plan import plan_study
 from bertology.store import MARKER, Damaged, open_store
+from bertology.store import base as store_base
+from bertology.store import local as local_store
 from bertology.study import StudySpec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,7 +72,7 @@ def results(store) -> dict[str, list]:
 
 def every_marker_verifies(store, root: Path) -> int:
     markers = [p.parent.relative_to(root) for p in root.rglob(MARKER)]
-    store_module._VERIFIED.clear()
+    store_base._VERIFIED.clear()
     for prefix in markers:
         assert "files" in store.verify(str(prefix)), prefix
     return len(markers)
@@ -127,7 +128,7 @@ def test_a_damaged_artifact_is_named_rebuilt_and_never_used(damage, baseline, tm
     for prefix in redo:
         shutil.rmtree(root / prefix)
     store = open_store(str(root))
-    store_module._VERIFIED.clear()  # a new process
+    store_base._VERIFIED.clear()  # a new process
     caplog.set_level(logging.INFO, logger="bertology")
     plan_study(store, SPEC)
     run_cell(store)
@@ -149,7 +150,7 @@ def test_damaged_metrics_of_a_run_whose_weights_were_not_kept_retrain_it(tmp_pat
     assert not list((root / run_key(cell.run.id, "finetune")).rglob("*.safetensors"))
     before = pl.from_arrow(store.read_parquet(results_key("runs", cell.study, cell.run.id)))
     _truncate(root / run_key(cell.run.id, "evaluate") / "metrics.parquet")
-    store_module._VERIFIED.clear()  # a new process
+    store_base._VERIFIED.clear()  # a new process
     caplog.set_level(logging.INFO, logger="bertology")
     evaluate.evaluate(store, cell)
     assert "is damaged (" in caplog.text and "training it again" in caplog.text
@@ -168,7 +169,7 @@ def test_a_verified_reader_refuses_each_damage(baseline, tmp_path):
         shutil.copytree(baseline[0], root)
         how(root / rel)
         store = open_store(str(root))
-        store_module._VERIFIED.clear()
+        store_base._VERIFIED.clear()
         prefix = rel.rsplit("/model/", 1)[0] if "/model/" in rel else rel.rsplit("/", 1)[0]
         with pytest.raises(Damaged, match="the marker says"):
             store.local_dir(prefix)
@@ -260,7 +261,7 @@ def test_two_processes_running_one_cell_into_one_store_equal_the_baseline(kind, 
     assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
     store = open_store(uri)
     assert results(store) == baseline[1]
-    store_module._VERIFIED.clear()
+    store_base._VERIFIED.clear()
     prefixes = sorted({k.rsplit("/", 1)[0] for k in store.list("") if k.endswith(MARKER)})
     assert len(prefixes) >= 5
     for prefix in prefixes:
@@ -272,7 +273,7 @@ def test_a_full_disk_exits_75_with_one_line_and_no_marker(tmp_path, monkeypatch,
     def full(src, dest):
         raise OSError(errno.ENOSPC, "No space left on device", str(dest))
 
-    monkeypatch.setattr(store_module, "copy_digest", full)
+    monkeypatch.setattr(local_store, "copy_digest", full)  # where LocalStore publishes
     root = tmp_path / "store"
     spec = json.dumps(CELL.run.checkpoint.to_dict())
     assert main("build-checkpoint", build_checkpoint.run, ["--store", str(root), "--spec", spec]) == 75

@@ -16,11 +16,11 @@ import pytest
 from s3_fault_proxy import Fault, start
 from test_integrity import CELL
 
-from bertology import store as store_module
 from bertology.errors import Transient
 from bertology.steps import prepare_data
 from bertology.steps.common import dataset_key
 from bertology.steps.harness import main
+from bertology.store import base as store_base
 from bertology.store import open_store
 
 KINDS = ["reset", "503", "stall", "truncate"]
@@ -41,7 +41,7 @@ def proxied(s3_bucket, s3_server, monkeypatch):
 
 
 def _prepare(uri: str) -> int:
-    store_module._VERIFIED.clear()
+    store_base._VERIFIED.clear()
     return main("prepare-data", prepare_data.run, ["--store", uri, "--spec", DATASET])
 
 
@@ -81,7 +81,7 @@ def test_faults_that_outlast_the_retries_exit_75_and_the_rerun_heals(kind, proxi
         proxy.always = Fault("truncate", "GET")
         start_ = time.monotonic()
         with pytest.raises(Transient):
-            store_module._VERIFIED.clear()
+            store_base._VERIFIED.clear()
             open_store(uri).local_dir(KEY)
     else:
         proxy.always = Fault(kind)
@@ -96,6 +96,6 @@ def test_faults_that_outlast_the_retries_exit_75_and_the_rerun_heals(kind, proxi
         with pytest.raises(Exception):  # noqa: B017 - nothing was published: no marker
             open_store(uri).marker(KEY)
     assert _prepare(uri) == 0  # the rerun heals
-    store_module._VERIFIED.clear()
+    store_base._VERIFIED.clear()
     assert open_store(uri).verify(KEY)["files"] == clean_files
     assert proxy.injected.get(kind, 0) >= 3

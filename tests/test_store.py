@@ -5,9 +5,9 @@ import time
 import pyarrow as pa
 import pytest
 
-from bertology import store as store_module
 from bertology.errors import BadInput, Transient
 from bertology.store import MARKER, LocalStore, S3Store, open_store
+from bertology.store import base as store_base
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -89,7 +89,7 @@ def test_s3_store_uses_the_endpoint_and_caches_downloads(s3_bucket, tmp_path):
     (first / "f.txt").write_text("one")  # a cached copy is reused while the marker is unchanged
     assert store.local_dir("ck") == first
     (first / "f.txt").write_text("locally touched")  # ... and verified: a damaged copy is downloaded again
-    store_module._VERIFIED.clear()  # as in a new process
+    store_base._VERIFIED.clear()  # as in a new process
     assert (store.local_dir("ck") / "f.txt").read_text() == "one"
     with store.artifact("ck") as out:  # a second writer of a finished artifact keeps the first one's
         (out / "f.txt").write_text("two")
