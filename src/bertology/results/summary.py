@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from bertology.results.paper_comparison import verdict
+from bertology.results.paper_comparison import QUANTITIES, verdict
 from bertology.results.report import mean_sd_n, variant_labels
 from bertology.results.study_results import with_defaults
 from bertology.store import Store
@@ -67,14 +67,15 @@ def main_table(main: pl.DataFrame, spec: dict) -> pl.DataFrame:
 
 def tested_orderings(orderings: pl.DataFrame) -> pl.DataFrame:
     """The report's orderings our results could test (not "not run"): the report's table and row or column
-    (`group`), the ordering as the report names it, our two means, and whether it holds."""
-    def ours(high: float | None, low: float | None) -> str:
-        return f"{high:.3f} vs {low:.3f}"
+    (`group`), the ordering as the report names it, our two values of the quantity the report printed
+    (e.g. the best run, for the monolingual report's Table 1; paper_comparison.QUANTITIES), and whether it
+    holds."""
+    def ours(s: dict) -> str:
+        return f"{s['ours_higher']:.3f} vs {s['ours_lower']:.3f} ({QUANTITIES.get(s['quantity'], s['quantity'])})"
 
     return orderings.filter(pl.col("status") != "not run").select(
         "group", "ordering",
-        pl.struct("ours_higher", "ours_lower").map_elements(lambda s: ours(s["ours_higher"], s["ours_lower"]),
-                                                            return_dtype=pl.String).alias("ours"),
+        pl.struct("ours_higher", "ours_lower", "quantity").map_elements(ours, return_dtype=pl.String).alias("ours"),
         "status")
 
 
