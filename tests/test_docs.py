@@ -131,8 +131,9 @@ def _cell(text: str) -> str:
         return "---"
     if re.fullmatch(r"-?\d\.\d{3} ± (\d\.\d{3}|—) \(n=\d+( of \d+)?\)", text):
         return "MEAN ± SD (n=N)"
-    if re.fullmatch(r"-?\d\.\d{3} vs -?\d\.\d{3}", text):
-        return "A vs B"
+    compared = re.fullmatch(r"-?\d\.\d{3} vs -?\d\.\d{3}( \(.+\))?", text)
+    if compared:
+        return "A vs B" + (compared[1] or "")  # the quantity compared ("(best run)") is part of the shape
     return "STATUS" if text in STATUSES else text
 
 

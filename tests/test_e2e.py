@@ -204,7 +204,8 @@ def test_reversed_layers_tiny_results_and_rerun(tmp_path, subprocess_env, browse
     assert preds.height == (400 + 400) * 3 * 2  # every evaluation example of every run
     distance = scan(str(store), "weight_distance", study="reversed-layers").collect()
     assert set(distance["module"]) == {"embeddings", "pooler"} | {
-        f"layer.{i}.{m}" for i in range(4) for m in ("attention.self", "attention.output", "intermediate", "output")}
+        f"layer.{i}.{m}" for i in range(4)
+        for m in ("attention.self", "attention.output", "intermediate", "output", "output.dense.weight")}
     assert (distance["l2"] > 0).all()  # fine-tuning moved every module
 
     manifests = {json.loads((p / "manifest.json").read_text())["spec"]["interventions"].__repr__():

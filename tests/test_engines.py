@@ -61,6 +61,7 @@ def test_the_finetune_pod_becomes_exactly_this_podman_run(tmp_path, monkeypatch)
         "--read-only", "--read-only-tmpfs=false", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
         "--memory", str(32 * 2**30), "--memory-swap", str(32 * 2**30), "-v", f"{tmp_path}:/tmp",
         "-e", "AWS_ACCESS_KEY_ID",  # from this environment, by name: the key never enters the command line
+        "-e", "BERTOLOGY_TERMINATION_LOG=/dev/termination-log",  # a plain value, as the template sets it
         "--entrypoint", "python", "localhost/bertology-train:abc",
         "-m", "jobs.finetune", "--store", "s3://b/p", "--plan", "P:1", "--ids", "a,b"]
     assert "key" not in command
