@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from bertology import cli
+from bertology.cli.catalogue import study_entry
 from bertology.steps import harness, plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,7 +193,7 @@ def tmp(tmp_path, monkeypatch):
 
 def _study_params() -> dict[str, str]:
     """What the reversed-layers Workflow passes plan: its own values (the report's), and preset=tiny."""
-    params = cli.study_entry(WORKFLOW)["parameters"]
+    params = study_entry(WORKFLOW)["parameters"]
     return {k: v for k, v in params.items() if k not in ("study", "store")} | {"preset": "tiny"}
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from bertology.cli import main, parse_apply, split_params
+from bertology.cli import main
+from bertology.cli.checkpoint import parse_apply, split_params
 from bertology.models import tiny_bert
 
 

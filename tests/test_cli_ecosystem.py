@@ -15,6 +15,8 @@ import yaml
 
 from bertology import cli
 from bertology.argo.runner import RunEvent
+from bertology.cli.locations import STORE_ENV
+from bertology.cli.run_inputs import PARALLELISM_ENV, SEMAPHORES_ENV, local_limits
 from bertology.console import NORMAL, QUIET, Console, Progress
 from bertology.errors import BadInput, Transient
 
@@ -53,7 +55,7 @@ def echo_project(tmp_path, monkeypatch):
     (tmp_path / "templates").mkdir()
     (tmp_path / "echo.yaml").write_text(ECHO)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(cli.STORE_ENV, raising=False)
+    monkeypatch.delenv(STORE_ENV, raising=False)
     return tmp_path
 
 
@@ -116,7 +118,7 @@ def test_a_bad_parameter_file_is_one_line_exit_2(echo_project, capsys, content):
 
 
 def test_bertology_store_is_the_default_and_store_wins(echo_project, capsys, monkeypatch):
-    monkeypatch.setenv(cli.STORE_ENV, str(echo_project / "from-env"))
+    monkeypatch.setenv(STORE_ENV, str(echo_project / "from-env"))
     assert _run("-q") == 0
     assert f"store=file://{echo_project / 'from-env'}" in _say_log(capsys)
     assert _run("-q", "--store", str(echo_project / "explicit")) == 0
@@ -128,13 +130,13 @@ def test_an_empty_store_is_an_error_naming_it(echo_project, capsys, monkeypatch)
     assert "error: --store '' is empty" in capsys.readouterr().err
     assert cli.main(["report", "reversed-layers", "--store", " "]) == 2
     assert "error: --store ' ' is empty" in capsys.readouterr().err
-    monkeypatch.setenv(cli.STORE_ENV, "")
+    monkeypatch.setenv(STORE_ENV, "")
     assert _run() == 2
-    assert f"error: {cli.STORE_ENV}='' is empty" in capsys.readouterr().err
+    assert f"error: {STORE_ENV}='' is empty" in capsys.readouterr().err
 
 
 def test_report_reads_bertology_store(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv(cli.STORE_ENV, str(tmp_path / "empty-store"))
+    monkeypatch.setenv(STORE_ENV, str(tmp_path / "empty-store"))
     assert cli.main(["report", "reversed-layers"]) == 2
     assert str(tmp_path / "empty-store") in capsys.readouterr().err  # it looked in $BERTOLOGY_STORE
 
@@ -154,7 +156,7 @@ def test_a_study_outside_the_checkout_runs_with_templates(tmp_path, monkeypatch,
     study = tmp_path / "my-study.yaml"
     shutil.copy(REPO / "workflows" / "reversed-layers.yaml", study)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(cli.STORE_ENV, raising=False)
+    monkeypatch.delenv(STORE_ENV, raising=False)
     # without --templates: one line that says how to point at them
     assert cli.main(["run", str(study), "-p", "preset=tiny", "--dry-run"]) == 2
     err = capsys.readouterr().err
@@ -217,20 +219,20 @@ def test_run_limits_default_to_the_environment_and_a_flag_wins(monkeypatch):
     parser = cli.build_parser()
 
     def limits(*flags):
-        return cli._local_limits(parser.parse_args(["run", "w.yaml", *flags]))
+        return local_limits(parser.parse_args(["run", "w.yaml", *flags]))
 
-    monkeypatch.delenv(cli.PARALLELISM_ENV, raising=False)
-    monkeypatch.delenv(cli.SEMAPHORES_ENV, raising=False)
+    monkeypatch.delenv(PARALLELISM_ENV, raising=False)
+    monkeypatch.delenv(SEMAPHORES_ENV, raising=False)
     assert limits() == (1, {})
-    monkeypatch.setenv(cli.PARALLELISM_ENV, "3")
-    monkeypatch.setenv(cli.SEMAPHORES_ENV, "bertology-semaphores/gpu=2, other/x=1")
+    monkeypatch.setenv(PARALLELISM_ENV, "3")
+    monkeypatch.setenv(SEMAPHORES_ENV, "bertology-semaphores/gpu=2, other/x=1")
     assert limits() == (3, {"bertology-semaphores/gpu": 2, "other/x": 1})
     assert limits("--parallelism", "1", "--semaphore", "bertology-semaphores/gpu=4") == (
         1, {"bertology-semaphores/gpu": 4})
-    monkeypatch.setenv(cli.PARALLELISM_ENV, "two")
+    monkeypatch.setenv(PARALLELISM_ENV, "two")
     with pytest.raises(BadInput, match=r"\$BERTOLOGY_PARALLELISM='two'"):
         limits()
-    monkeypatch.setenv(cli.PARALLELISM_ENV, "2")
-    monkeypatch.setenv(cli.SEMAPHORES_ENV, "gpu=2")
+    monkeypatch.setenv(PARALLELISM_ENV, "2")
+    monkeypatch.setenv(SEMAPHORES_ENV, "gpu=2")
     with pytest.raises(BadInput, match=r"\$BERTOLOGY_SEMAPHORES 'gpu=2': expected CONFIGMAP/KEY=N"):
         limits()

@@ -1,0 +1,132 @@
+"""The `bertology` command: run studies locally, validate workflow YAML, build checkpoints by hand.
+
+    bertology run workflows/reversed-layers.yaml -p preset=tiny [--store s3://bucket/prefix] [-f params.yaml]
+                  [--tracker wandb|mlflow|tensorboard]
+    bertology studies [-o json]
+    bertology validate workflows/*.yaml workflows/templates/*.yaml
+    bertology checkpoint google-bert/bert-base-uncased --apply remove-layers:layers=last:6 --out ./bert-6
+    bertology interventions [-o json]
+    bertology report reversed-layers --store s3://bucket/prefix [--id STUDY_ID] [--out DIR]
+
+Every command exits 0 (done), 1 (failed), 2 (bad input: one line naming the bad value), 75 (transient:
+retry), 130 / 143 (stopped by Ctrl-C / SIGTERM). The store defaults to $BERTOLOGY_STORE, else ./.bertology.
+
+Its modules, each one command or one idea: `run` (and `dry_run`, `run_inputs` for -f and the local limits,
+`stopping` for SIGTERM / SIGINT), `validate`, `checkpoint`, `catalogue` (studies, interventions), `report`,
+and `locations` (the store, the templates, jobs/). This module wires them into one parser and `main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from bertology.cli.catalogue import cmd_interventions, cmd_studies
+from bertology.cli.checkpoint import cmd_checkpoint
+from bertology.cli.locations import STORE_ENV
+from bertology.cli.report import cmd_report
+from bertology.cli.run import cmd_run
+from bertology.cli.run_inputs import PARALLELISM_ENV, SEMAPHORES_ENV
+from bertology.cli.stopping import Stopped
+from bertology.cli.validate import cmd_validate
+from bertology.errors import EXIT_BAD_INPUT, BadInput, BertologyError
+from bertology.store import DEFAULT_ROOT
+
+__all__ = ["build_parser", "main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # bad flags are bad input: one line, exit 2
+        raise BadInput(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="bertology", description=__doc__.split("\n")[0])
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    r = sub.add_parser("run", help="run a study workflow on this machine")
+    r.add_argument("workflow", help="workflows/<study>.yaml")
+    r.add_argument("-p", action="append", default=[], metavar="NAME=VALUE", help="workflow parameter")
+    r.add_argument("-f", "--parameter-file", default=None, metavar="FILE",
+                   help="a YAML/JSON mapping of parameter name to value, as argo submit -f; -p wins over it")
+    r.add_argument("--store", default=None,
+                   help=f"store URI used unless -p store=… (default ${STORE_ENV}, else ./{DEFAULT_ROOT})")
+    loud = r.add_mutually_exclusive_group()
+    loud.add_argument("-v", "--verbose", action="store_true", help="echo every step's output lines")
+    loud.add_argument("-q", "--quiet", action="store_true", help="no progress line: errors and the final lines")
+    r.add_argument("--parallelism", type=int, default=None,
+                   help=f"containers at once on this machine (default ${PARALLELISM_ENV}, else 1; the YAML's "
+                        "spec.parallelism also caps it)")
+    r.add_argument("--semaphore", action="append", default=[], metavar="CONFIGMAP/KEY=N",
+                   help=f"the limit of a synchronization semaphore (default: ${SEMAPHORES_ENV}, a comma-separated "
+                        "list of these, else the ConfigMap in the templates directory, else 1)")
+    r.add_argument("--max-backoff", type=float, default=2.0, metavar="SECONDS",
+                   help="wait at most this long between attempts (Argo's backoff is computed and logged)")
+    r.add_argument("--dry-run", action="store_true",
+                   help="run only plan, then print the argv each pod would get, as Argo substitutes it")
+    r.add_argument("--show", type=int, default=3, metavar="N", help="pods shown per task with --dry-run (default 3)")
+    r.add_argument("--tracker", default=None, metavar="NAME",
+                   help="track each fine-tune in wandb, mlflow or tensorboard (sets -p tracker=NAME; default: none)")
+    r.add_argument("--templates", default=None, help="WorkflowTemplate directory (default: beside the workflow)")
+    r.add_argument("--engine", choices=("local", "podman", "docker"), default="local",
+                   help="local: each step a process here (default); podman | docker: each pod in its image, as "
+                        "its template says (images from `make images`; the store must be s3://)")
+    r.add_argument("--no-fork-server", action="store_true",
+                   help="start every step as a fresh interpreter instead of forking a warm one")
+    r.set_defaults(fn=cmd_run)
+    v = sub.add_parser("validate", help="strictly validate Argo YAML files")
+    v.add_argument("files", nargs="+")
+    v.add_argument("--templates", default=None)
+    v.set_defaults(fn=cmd_validate)
+    c = sub.add_parser("checkpoint", help="build an intervened checkpoint into a directory")
+    c.add_argument("base", help="hub id, local HF directory, or store URI of a checkpoint")
+    c.add_argument("--apply", action="append", default=[], metavar="NAME[:key=value,...]",
+                   help="an intervention; repeat to chain (applied in order)")
+    c.add_argument("--seed", type=int, default=0, help="intervention seed (default 0)")
+    c.add_argument("--out", required=True, help="output directory (must be new or empty)")
+    c.set_defaults(fn=cmd_checkpoint)
+    i = sub.add_parser("interventions", help="list the intervention registry and its parameters")
+    i.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    i.set_defaults(fn=cmd_interventions)
+    s = sub.add_parser("studies", help="list the study workflows, the report each reproduces, their parameters")
+    s.add_argument("--dir", default=None, help="workflows directory (default: the checkout's workflows/)")
+    s.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    s.set_defaults(fn=cmd_studies)
+    rep = sub.add_parser("report", help="rebuild a study's tables, report.md and report.html from a store")
+    rep.add_argument("study", help="the study's name (e.g. reversed-layers)")
+    rep.add_argument("--store", default=None, help=f"store URI (default ${STORE_ENV}, else ./{DEFAULT_ROOT})")
+    rep.add_argument("--id", default=None, help="the study id (default: the study's most recently written plan)")
+    rep.add_argument("--out", default=None, help="also write report.md and report.html into this directory")
+    rep.add_argument("--best-of-runs", action="store_true",
+                     help="add the best run of each group (the monolingual report's best epoch of the best run)")
+    rep.set_defaults(fn=cmd_report)
+    return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bertology")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Every command: 0 done, 1 failed, 2 bad input, 75 transient, 130 / 143 stopped; errors are one line."""
+    try:
+        args = build_parser().parse_args(argv)
+        return args.fn(args)
+    except BadInput as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BertologyError as e:  # Transient: 75, anything else of ours: 1
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except (KeyboardInterrupt, Stopped) as e:
+        return 128 + (e.signum if isinstance(e, Stopped) else signal.SIGINT)
+    except BrokenPipeError:  # `bertology studies | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
