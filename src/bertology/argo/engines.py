@@ -1,8 +1,8 @@
 """`bertology run --engine podman|docker`: every pod runs in its image, as its template says.
 
-The runner (runner.py) stays what it is: the DAG, retries, outputs and limits. Only the launch of a pod's
-process changes: instead of `command + args` on the host, `podman run` (or `docker run`) of the container
-the template describes, which a kubelet would start:
+The runner (execute.py, containers.py) stays what it is: the DAG, retries, outputs and limits. Only the
+launch of a pod's process changes: instead of `command + args` on the host, `podman run` (or `docker run`)
+of the container the template describes, which a kubelet would start:
 
 - image: the template's reference mapped by its name, as the chart maps it (charts/bertology/templates/
   _helpers.tpl: `bertology-cpu` -> values images.cpu), to the local image built from this very tree
@@ -47,7 +47,7 @@ from bertology.argo.termination import TERMINATION_LOG
 from bertology.errors import BadInput
 
 LOCAL_ONLY = "local"
-OUTPUTS = "/tmp/outputs"  # where the templates write output parameters (runner.py rewrites it locally)
+OUTPUTS = "/tmp/outputs"  # where the templates write output parameters (containers.py rewrites it locally)
 SHM = "64m"  # a pod's /dev/shm when none is configured
 EVICTION_CHECK_S = 1.0
 _UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,

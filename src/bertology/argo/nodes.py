@@ -1,0 +1,71 @@
+"""The run's nodes as its caller reads them: results (NodeResult, RunResult), the pods it made (PodCall),
+and progress events (RunEvent).
+
+A NodeResult holds what Argo's node status holds (pkg/apis/workflow/v1alpha1/workflow_types.go
+`NodeStatus`: name, templateName, phase, message, outputs; the phases are `NodePhase`'s: Succeeded,
+Failed, Error, Skipped, Omitted), and a RunResult what the Workflow's `WorkflowStatus` does (phase,
+message, its nodes). A PodCall is the main container's argv as workflowpod.go `createWorkflowPod` would
+give it, after substitution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bertology.argo.retries import Attempt
+
+
+@dataclass
+class NodeResult:
+    """One node of the run: a container, a DAG, a fan-out task group, or a task that never ran."""
+
+    name: str  # Argo's node name: "plan", "cell", "cell(3:ID)", "cell(3:ID).finetune"; the root: the workflow
+    template: str
+    phase: str  # Argo's node phases: Succeeded, Failed, Error, Skipped, Omitted
+    exit_code: int | None = None
+    attempts: int = 0
+    message: str = ""
+    outputs: dict[str, str] = field(default_factory=dict)
+    tries: list[Attempt] = field(default_factory=list)  # a container's attempts (its pods), in order
+    retried: bool = False  # a container with a retryStrategy: a Retry node, its attempts its children
+    finished: float | None = None  # when it was fulfilled (epoch seconds)
+
+
+@dataclass
+class PodCall:
+    """A container node as Argo would start it: its argv after substitution, and the fan-out item
+    variables (`item`, `item.KEY`) of the items it descends from."""
+
+    node: str
+    template: str
+    argv: list[str]
+    inputs: dict[str, str]
+    items: dict[str, str]
+
+
+@dataclass
+class RunResult:
+    workflow: str
+    phase: str  # the Workflow's phase: its entry node's, or Failed when only its exit handler failed
+    message: str
+    exit_code: int  # 0 succeeded; 2 when a step exited 2 (bad input); 75 when a step still failed transiently
+    nodes: dict[str, NodeResult]  # in the order nodes finished
+    pods: list[PodCall] = field(default_factory=list)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.phase == "Succeeded"
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """What a progress display needs, without parsing log lines: a container `started`, a fan-out
+    expanded into `count` children (`fanout`), or any node `finished` with its phase."""
+
+    kind: str  # started | fanout | finished
+    node: str
+    phase: str = ""
+    count: int = 0
+    message: str = ""
+    children: tuple[str, ...] = ()  # fanout: the children's node names
+    exit_code: int | None = None  # finished: the container's exit code (None: not a container, or none)
