@@ -12,7 +12,8 @@ learning rate:
 
 Every score is the run's primary dev metric at its best epoch (the monolingual report's selection, §7: "the
 best epoch of the best run is reported"); the last epoch's is recorded beside it. An ordering "holds" at an lr
-when it holds in every seed; the report's own quantity, the best run, is given too.
+when it holds in every seed (seed for seed: each seed also draws its own clean, shuffled or oracle model);
+the report's own quantity, the best run, is given too.
 
     nice -n 10 .venv/bin/python bench/real_data_orderings.py --glue ../shared/data/glue
 
@@ -88,18 +89,21 @@ def study_rows(study: str, lr: str, store) -> list[dict]:
 
 
 def verdict(rows: list[dict], hi: str, lo: str) -> str:
-    """'holds' when hi > lo in every seed; 'mixed' when in some; 'fails' in none. Then the report's own
-    quantity (the best run of each variant) and the mean difference."""
+    """Seed for seed: 'holds' when hi > lo in every seed, 'fails' when hi < lo in every seed, 'tie' when
+    they are equal in every seed (both at the majority class, typically), else 'mixed'. Then the report's
+    own quantity (the best run of each variant, §7) and the mean difference."""
     by = {(r["variant"], r["seed"]): r["best"] for r in rows}
     seeds = sorted({s for v, s in by if v == hi} & {s for v, s in by if v == lo})
     if not seeds:
         return "—"
     wins = sum(by[hi, s] > by[lo, s] for s in seeds)
-    word = "holds" if wins == len(seeds) else "fails" if wins == 0 else "mixed"
+    losses = sum(by[hi, s] < by[lo, s] for s in seeds)
+    ties = len(seeds) - wins - losses
+    word = {wins: "holds", losses: "fails", ties: "tie"}.get(len(seeds), "mixed")
     best_hi, best_lo = max(by[hi, s] for s in seeds), max(by[lo, s] for s in seeds)
     diff = statistics.mean(by[hi, s] - by[lo, s] for s in seeds)
-    return (f"{word} ({wins}/{len(seeds)} seeds; mean diff {diff:+.3f}; best run "
-            f"{best_hi:.3f} vs {best_lo:.3f})")
+    counts = f"{wins} above, {ties} equal, {losses} below of {len(seeds)} seeds"
+    return f"{word} ({counts}; mean diff {diff:+.3f}; best run {best_hi:.3f} vs {best_lo:.3f})"
 
 
 def markdown(rows: list[dict], args) -> str:
@@ -134,7 +138,7 @@ def markdown(rows: list[dict], args) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--glue", required=True, help="a GLUE directory (SST-2/train.tsv, SST-2/dev.tsv, …)")
+    ap.add_argument("--glue", help="a GLUE directory (SST-2/train.tsv, SST-2/dev.tsv, …); needed unless --render")
     ap.add_argument("--store", default=str(ROOT / ".bertology-real-data"))
     ap.add_argument("--tasks", nargs="+", default=["sst2", "stsb"])
     ap.add_argument("--lrs", nargs="+", default=["1e-4", "5e-5", "2e-5"])
@@ -144,7 +148,14 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "bench" / "real_data_orderings"))
+    ap.add_argument("--render", action="store_true", help="only rewrite --out.md from --out.jsonl (no runs)")
     args = ap.parse_args()
+    if args.render:
+        rows = [json.loads(line) for line in Path(args.out).with_suffix(".jsonl").read_text().splitlines()]
+        Path(args.out).with_suffix(".md").write_text(markdown(rows, args))
+        return
+    if not args.glue:
+        ap.error("--glue DIR is needed to run the studies (or --render to rewrite the table)")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread per pod: --parallelism pods share the cores
     out = Path(args.out)
     started = time.monotonic()
