@@ -18,8 +18,9 @@ the report's own quantity, the best run, is given too.
     nice -n 10 .venv/bin/python bench/real_data_orderings.py --glue ../shared/data/glue
 
 Each finished (lr, study) appends its runs to `--out`.jsonl and rewrites `--out`.md (the table), so a run that
-is stopped keeps what it finished, and a rerun with the same store reuses every finished run (the store's
-run ids) and only computes what is missing.
+is stopped keeps what it finished: a rerun skips every (lr, study) already in the jsonl, and with the same
+store it reuses every finished run of a study it stopped in (the store's run ids) and only computes what is
+missing.
 """
 
 from __future__ import annotations
@@ -106,19 +107,30 @@ def verdict(rows: list[dict], hi: str, lo: str) -> str:
     return f"{word} ({counts}; mean diff {diff:+.3f}; best run {best_hi:.3f} vs {best_lo:.3f})"
 
 
+def read_rows(path: Path) -> list[dict]:
+    """The rows a previous run appended (none when the file does not exist yet)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
+
+
+def finished(rows: list[dict]) -> set[tuple[str, str]]:
+    """The (lr, study) pairs already in the rows: a rerun skips them (each is appended whole, once done)."""
+    return {(r["lr"], r["study"]) for r in rows}
+
+
 def markdown(rows: list[dict], args) -> str:
     lines = [(f"Real GLUE dev, {MODEL}, {args.count} training examples, max length {args.max_length}, "
               f"{args.epochs} epochs, batch 32, seeds {args.seeds}; the best epoch's primary metric per seed "
               f"(last epoch in brackets)."), ""]
     variants = ["pre-trained", "reversed", "clean", "shuffled", "clean-word-emb", "oracle"]
     lines += ["| lr | task | " + " | ".join(variants) + " |", "|---" * (len(variants) + 2) + "|"]
+    lrs = sorted(set(args.lrs) | {r["lr"] for r in rows}, key=float, reverse=True)  # a resumed lr and the rest
     cell = {}
     for r in rows:
         name = {"base": "pre-trained"}.get(r["variant"], r["variant"])
         if r["study"] == "shuffled-embeddings" and r["variant"] == "clean":
             name = "clean-word-emb"
         cell.setdefault((r["lr"], r["task"], name), {})[r["seed"]] = (r["best"], r["last"])
-    for lr in args.lrs:
+    for lr in lrs:
         for task in args.tasks:
             values = []
             for v in variants:
@@ -126,7 +138,7 @@ def markdown(rows: list[dict], args) -> str:
                 values.append(" / ".join(f"{b:.3f} ({la:.3f})" for _, (b, la) in sorted(seeds.items())) or "—")
             lines.append(f"| {lr} | {task} | " + " | ".join(values) + " |")
     lines += ["", "| lr | task | ordering | report | verdict |", "|---|---|---|---|---|"]
-    for lr in args.lrs:
+    for lr in lrs:
         for task in args.tasks:
             for study, (_, pairs) in STUDIES.items():
                 sub = [r for r in rows if r["study"] == study and r["lr"] == lr and r["task"] == task]
@@ -151,7 +163,7 @@ def main() -> None:
     ap.add_argument("--render", action="store_true", help="only rewrite --out.md from --out.jsonl (no runs)")
     args = ap.parse_args()
     if args.render:
-        rows = [json.loads(line) for line in Path(args.out).with_suffix(".jsonl").read_text().splitlines()]
+        rows = read_rows(Path(args.out).with_suffix(".jsonl"))
         Path(args.out).with_suffix(".md").write_text(markdown(rows, args))
         return
     if not args.glue:
@@ -163,17 +175,21 @@ def main() -> None:
     def log(message: str) -> None:
         print(f"[{(time.monotonic() - started) / 60:6.1f} min] {message}", flush=True)
 
-    rows: list[dict] = []
-    out.with_suffix(".jsonl").write_text("")
+    rows = read_rows(out.with_suffix(".jsonl"))
+    done = finished(rows)
     store = open_store(args.store)
     for lr in args.lrs:
         for study, (variants, _) in STUDIES.items():
+            if (lr, study) in done:
+                log(f"{study} lr {lr}: already in {out.with_suffix('.jsonl')}, skipped")
+                continue
             run_study(study, variants, lr, args, log)
             new = study_rows(study, lr, store)
             rows += new
             with out.with_suffix(".jsonl").open("a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in new)
             out.with_suffix(".md").write_text(markdown(rows, args))
+    out.with_suffix(".md").write_text(markdown(rows, args))  # also when every (lr, study) was skipped
     log(f"done: {out.with_suffix('.md')}")
 
 
