@@ -12,13 +12,15 @@ learning rate:
 
 Every score is the run's primary dev metric at its best epoch (the monolingual report's selection, §7: "the
 best epoch of the best run is reported"); the last epoch's is recorded beside it. An ordering "holds" at an lr
-when it holds in every seed; the report's own quantity, the best run, is given too.
+when it holds in every seed (seed for seed: each seed also draws its own clean, shuffled or oracle model);
+the report's own quantity, the best run, is given too.
 
     nice -n 10 .venv/bin/python bench/real_data_orderings.py --glue ../shared/data/glue
 
 Each finished (lr, study) appends its runs to `--out`.jsonl and rewrites `--out`.md (the table), so a run that
-is stopped keeps what it finished, and a rerun with the same store reuses every finished run (the store's
-run ids) and only computes what is missing.
+is stopped keeps what it finished: a rerun skips every (lr, study) already in the jsonl, and with the same
+store it reuses every finished run of a study it stopped in (the store's run ids) and only computes what is
+missing.
 """
 
 from __future__ import annotations
@@ -88,18 +90,31 @@ def study_rows(study: str, lr: str, store) -> list[dict]:
 
 
 def verdict(rows: list[dict], hi: str, lo: str) -> str:
-    """'holds' when hi > lo in every seed; 'mixed' when in some; 'fails' in none. Then the report's own
-    quantity (the best run of each variant) and the mean difference."""
+    """Seed for seed: 'holds' when hi > lo in every seed, 'fails' when hi < lo in every seed, 'tie' when
+    they are equal in every seed (both at the majority class, typically), else 'mixed'. Then the report's
+    own quantity (the best run of each variant, §7) and the mean difference."""
     by = {(r["variant"], r["seed"]): r["best"] for r in rows}
     seeds = sorted({s for v, s in by if v == hi} & {s for v, s in by if v == lo})
     if not seeds:
         return "—"
     wins = sum(by[hi, s] > by[lo, s] for s in seeds)
-    word = "holds" if wins == len(seeds) else "fails" if wins == 0 else "mixed"
+    losses = sum(by[hi, s] < by[lo, s] for s in seeds)
+    ties = len(seeds) - wins - losses
+    word = {wins: "holds", losses: "fails", ties: "tie"}.get(len(seeds), "mixed")
     best_hi, best_lo = max(by[hi, s] for s in seeds), max(by[lo, s] for s in seeds)
     diff = statistics.mean(by[hi, s] - by[lo, s] for s in seeds)
-    return (f"{word} ({wins}/{len(seeds)} seeds; mean diff {diff:+.3f}; best run "
-            f"{best_hi:.3f} vs {best_lo:.3f})")
+    counts = f"{wins} above, {ties} equal, {losses} below of {len(seeds)} seeds"
+    return f"{word} ({counts}; mean diff {diff:+.3f}; best run {best_hi:.3f} vs {best_lo:.3f})"
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows a previous run appended (none when the file does not exist yet)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
+
+
+def finished(rows: list[dict]) -> set[tuple[str, str]]:
+    """The (lr, study) pairs already in the rows: a rerun skips them (each is appended whole, once done)."""
+    return {(r["lr"], r["study"]) for r in rows}
 
 
 def markdown(rows: list[dict], args) -> str:
@@ -108,13 +123,14 @@ def markdown(rows: list[dict], args) -> str:
               f"(last epoch in brackets)."), ""]
     variants = ["pre-trained", "reversed", "clean", "shuffled", "clean-word-emb", "oracle"]
     lines += ["| lr | task | " + " | ".join(variants) + " |", "|---" * (len(variants) + 2) + "|"]
+    lrs = sorted(set(args.lrs) | {r["lr"] for r in rows}, key=float, reverse=True)  # a resumed lr and the rest
     cell = {}
     for r in rows:
         name = {"base": "pre-trained"}.get(r["variant"], r["variant"])
         if r["study"] == "shuffled-embeddings" and r["variant"] == "clean":
             name = "clean-word-emb"
         cell.setdefault((r["lr"], r["task"], name), {})[r["seed"]] = (r["best"], r["last"])
-    for lr in args.lrs:
+    for lr in lrs:
         for task in args.tasks:
             values = []
             for v in variants:
@@ -122,7 +138,7 @@ def markdown(rows: list[dict], args) -> str:
                 values.append(" / ".join(f"{b:.3f} ({la:.3f})" for _, (b, la) in sorted(seeds.items())) or "—")
             lines.append(f"| {lr} | {task} | " + " | ".join(values) + " |")
     lines += ["", "| lr | task | ordering | report | verdict |", "|---|---|---|---|---|"]
-    for lr in args.lrs:
+    for lr in lrs:
         for task in args.tasks:
             for study, (_, pairs) in STUDIES.items():
                 sub = [r for r in rows if r["study"] == study and r["lr"] == lr and r["task"] == task]
@@ -134,7 +150,7 @@ def markdown(rows: list[dict], args) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--glue", required=True, help="a GLUE directory (SST-2/train.tsv, SST-2/dev.tsv, …)")
+    ap.add_argument("--glue", help="a GLUE directory (SST-2/train.tsv, SST-2/dev.tsv, …); needed unless --render")
     ap.add_argument("--store", default=str(ROOT / ".bertology-real-data"))
     ap.add_argument("--tasks", nargs="+", default=["sst2", "stsb"])
     ap.add_argument("--lrs", nargs="+", default=["1e-4", "5e-5", "2e-5"])
@@ -144,7 +160,14 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "bench" / "real_data_orderings"))
+    ap.add_argument("--render", action="store_true", help="only rewrite --out.md from --out.jsonl (no runs)")
     args = ap.parse_args()
+    if args.render:
+        rows = read_rows(Path(args.out).with_suffix(".jsonl"))
+        Path(args.out).with_suffix(".md").write_text(markdown(rows, args))
+        return
+    if not args.glue:
+        ap.error("--glue DIR is needed to run the studies (or --render to rewrite the table)")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread per pod: --parallelism pods share the cores
     out = Path(args.out)
     started = time.monotonic()
@@ -152,17 +175,21 @@ def main() -> None:
     def log(message: str) -> None:
         print(f"[{(time.monotonic() - started) / 60:6.1f} min] {message}", flush=True)
 
-    rows: list[dict] = []
-    out.with_suffix(".jsonl").write_text("")
+    rows = read_rows(out.with_suffix(".jsonl"))
+    done = finished(rows)
     store = open_store(args.store)
     for lr in args.lrs:
         for study, (variants, _) in STUDIES.items():
+            if (lr, study) in done:
+                log(f"{study} lr {lr}: already in {out.with_suffix('.jsonl')}, skipped")
+                continue
             run_study(study, variants, lr, args, log)
             new = study_rows(study, lr, store)
             rows += new
             with out.with_suffix(".jsonl").open("a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in new)
             out.with_suffix(".md").write_text(markdown(rows, args))
+    out.with_suffix(".md").write_text(markdown(rows, args))  # also when every (lr, study) was skipped
     log(f"done: {out.with_suffix('.md')}")
 
 
