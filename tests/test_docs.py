@@ -269,3 +269,17 @@ def test_the_site_builds_strictly_with_a_page_per_workflow(tmp_path):
         assert f'href="studies/{workflow.stem}/"' in nav
     search = json.loads((tmp_path / "site" / "search" / "search_index.json").read_text())
     assert any(doc["location"].startswith("studies/reversed-layers/") for doc in search["docs"])
+    # development.md's architecture picture: drawn from the import-linter layers, every package of the
+    # library in exactly one of them, each named in the picture, in the contract's order
+    import architecture
+
+    svg = (tmp_path / "site" / architecture.NAME).read_text()
+    assert 'src="../architecture.svg"' in (tmp_path / "site" / "development" / "index.html").read_text()
+    rows = architecture.layers()
+    named = [m for row in rows for m in row]
+    library = {p.stem for p in (REPO / "src" / "bertology").iterdir()
+               if p.name != "__init__.py" and (p.suffix == ".py" or (p / "__init__.py").is_file())}
+    assert sorted(named) == sorted(library)
+    layers = svg[svg.index("the library's layers"):]  # below the flow, whose boxes name steps too
+    positions = [layers.index(f">{' · '.join(row)}<") for row in rows]
+    assert positions == sorted(positions) and rows[0] == ["cli"] and rows[-1] == ["errors"]
