@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
-import json
 import logging
 import math
 import platform
@@ -66,8 +65,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from bertology import models, tasks
-from bertology.data import Encoded, length_grouped_batches, padded_width
+from bertology import tasks
+from bertology.data import Encoded
 from bertology.train import Hyper, finetune
 from bertology.train.heads import head_for
 
@@ -79,73 +78,23 @@ from gpu_record import (  # bench/ is not a package: imported from its folder
     raise_on_sigterm,
     run_child,
 )
+from gpu_targets import FIXED, figure_at, render_targets
+from gpu_workload import (
+    DEV_SIZES,
+    GLUE,
+    LENGTHS,
+    make_model,
+    matmul_params,
+    padding_waste,
+    sample_lengths,
+    synthetic_split,
+)
 
-LENGTHS = json.loads((HERE / "glue_lengths.json").read_text())
-GLUE = tuple(LENGTHS["tasks"])
-# Public GLUE dev sizes (MNLI: matched + mismatched), for the evaluation part of the sweep estimate.
-DEV_SIZES = {"cola": 1043, "sst2": 872, "mrpc": 408, "stsb": 1500, "qqp": 40430, "mnli": 19647, "qnli": 5463,
-             "rte": 277, "wnli": 71}
 # Peak dense bf16 tensor FLOP/s by device name (vendor datasheets, no sparsity), most specific first.
 PEAK_BF16 = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("GH200", 989e12), ("A100", 312e12))
 NA = "n/a (no CUDA)"
 PARTS = ("ours", "overhead", "sweep", "concurrency", "optimisations")  # the order they run in
-FIXED = "fixed-128"  # the ours-vs-Trainer row at a fixed length of 128 (SST-2's single-sentence head)
 VERSIONS = ("torch", "transformers", "tokenizers", "accelerate", "datasets", "numpy", "pyarrow")
-
-
-# -- data and model -------------------------------------------------------------------------------------
-def sample_lengths(task: str, n: int, rng: np.random.Generator) -> np.ndarray:
-    hist = LENGTHS["tasks"][task]["histogram"]
-    values = np.array([int(k) for k in hist])
-    counts = np.array(list(hist.values()), dtype=float)
-    return rng.choice(values, size=n, p=counts / counts.sum())
-
-
-def synthetic_split(task: str, n: int, seed: int, vocab_size: int, length: int | None = None) -> pa.Table:
-    """`n` rows in the prepared-data format whose lengths follow `task`'s GLUE histogram (or are all
-    `length`): [CLS] random word pieces [SEP] (a pair: two segments), random labels of the task's type
-    (float32 scores in [0, 5) for STS-B's regression, as prepare-data stores them)."""
-    rng = np.random.default_rng(seed)
-    lengths = sample_lengths(task, n, rng) if length is None else np.full(n, length)
-    spec = tasks.get_task(task)
-    pair = len(spec.text_fields) == 2
-    ids, types = [], []
-    for width in lengths:
-        row = rng.integers(1000, vocab_size, size=width, dtype=np.int32)
-        row[0], row[-1] = 101, 102
-        seg = np.zeros(width, dtype=np.int8)
-        if pair and width > 3:
-            seg[width // 2:] = 1
-            row[width // 2 - 1] = 102
-        ids.append(row)
-        types.append(seg)
-    if spec.is_regression:
-        labels = pa.array(rng.uniform(0, 5, size=n).astype(np.float32))
-    else:
-        labels = pa.array(rng.integers(0, spec.num_labels, size=n, dtype=np.int64))
-    return pa.table({"idx": np.arange(n, dtype=np.int64), "input_ids": pa.array(ids, pa.list_(pa.int32())),
-                     "token_type_ids": pa.array(types, pa.list_(pa.int8())),
-                     "label": labels, "length": lengths.astype(np.int32)})
-
-
-def make_model(root: Path, cuda: bool) -> Path:
-    """BERT-base with random weights on CUDA; a tiny BERT on CPU. The bert-base-uncased tokenizer."""
-    if cuda:
-        from transformers import BertConfig, BertModel
-
-        torch.manual_seed(0)
-        model, tokenizer = BertModel(BertConfig()), models.load_tokenizer(models.parse_model_ref("tiny:bert"))
-    else:
-        model, tokenizer = models.tiny_bert(0)
-    return models.save_checkpoint(model, tokenizer, root / "model")
-
-
-def matmul_params(path: Path) -> int:
-    """Parameters that take part in matmuls: everything but the embedding tables."""
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(path)
-    return sum(p.numel() for n, p in model.named_parameters() if "embeddings" not in n)
 
 
 def peak_flops(device: torch.device) -> float | None:
@@ -266,16 +215,6 @@ def part_ours(b: Bench) -> None:
             b.rec.lines(f"| {label} | {name} | {figures['seq_s']:,.0f} | {figures['tokens_s']:,.0f} | "
                         f"{b.mfu_text(mfu)} | {ratio} |")
     b.rec.lines("")
-
-
-def padding_waste(lengths: np.ndarray, batch: int, grouped: bool, multiple: int, limit: int = 128) -> float:
-    if grouped:
-        batches = length_grouped_batches(lengths, batch, seed=0)
-    else:
-        order = np.random.default_rng(0).permutation(len(lengths))
-        batches = [order[i:i + batch] for i in range(0, len(order), batch)]
-    padded = sum(len(rows) * padded_width(int(lengths[rows].max()), multiple, limit) for rows in batches)
-    return float(1 - lengths.sum() / padded)
 
 
 def part_optimisations(b: Bench) -> None:
@@ -464,7 +403,7 @@ def part_concurrency(b: Bench, ks: tuple[int, ...]) -> None:
                 raise RuntimeError(f"{name}, K = {k}: the finetune step exited {done.returncode}: "
                                    f"{done.stderr.strip()[-1000:]}")
             rate = len(cells) * rows * epochs / wall
-            one = _get(b.rec.figures, "concurrency", name, "1", "seq_s")
+            one = figure_at(b.rec.figures, "concurrency", name, "1", "seq_s")
             speedup = 1.0 if k == 1 else (rate / one if one else None)
             # At K = 1 the runs take turns: all but training is the step's per-run overhead (its process start
             # shared by the bundle; loading, evaluation, scoring, weight distances and saving each run's own).
@@ -481,62 +420,6 @@ def part_concurrency(b: Bench, ks: tuple[int, ...]) -> None:
 
 
 # -- the targets (issue 21) ----------------------------------------------------------------------------
-def _get(figures: dict, *path):
-    for key in path:
-        if not isinstance(figures, dict) or key not in figures:
-            return None
-        figures = figures[key]
-    return figures
-
-
-def targets(figures: dict) -> list[dict]:
-    """Each target with its measured value (None: not measured) and whether it is met (None on CPU:
-    the targets are for BERT-base on an H100, a CPU run's figures say nothing about them)."""
-    cuda = figures["meta"].get("cuda", False)
-    rows = [("BERT-base training seq/s at fixed length 128", "seq/s", _get(figures, "ours", FIXED, "ours", "seq_s"),
-             ">=", 3000),
-            ("ours / HF Trainer at fixed length 128, same batches", "x",
-             _get(figures, "ours", FIXED, "ours_over_trainer"), ">=", 2.0)]
-    rows += [(f"ours / HF Trainer on {t} lengths", "x", _get(figures, "ours", t, "ours_over_trainer"), ">=", 2.0)
-             for t in ("sst2", "qnli", "rte")]
-    rows += [("per-run overhead share of an RTE-sized run (3 epochs)", "share",
-              _get(figures, "overhead", "RTE-sized", "share"), "<", 0.10),
-             ("the same, through the finetune step (K = 1, a bundle's non-training share)", "share",
-              _get(figures, "concurrency", "RTE-sized, 3 epochs", "1", "non_training_share"), "<", 0.10),
-             ("GLUE sweep estimate (9 tasks, 3 epochs, one seed)", "min", _get(figures, "sweep", "total_min"), "<", 15.0)]
-    for bundle in (figures.get("concurrency") or {}):
-        for k in ("2", "4"):
-            rows.append((f"{bundle}: aggregate speed-up of K = {k} over K = 1", "x",
-                         _get(figures, "concurrency", bundle, k, "speedup"), "report", None))
-    out = []
-    for name, unit, value, op, goal in rows:
-        met = None
-        if cuda and value is not None and goal is not None:
-            met = value >= goal if op == ">=" else value < goal
-        out.append({"target": name, "unit": unit, "measured": value, "op": op, "goal": goal, "met": met})
-    return out
-
-
-def _shown(value: float, unit: str) -> str:
-    return {"seq/s": f"{value:,.0f} seq/s", "x": f"{value:.2f}x", "share": f"{value:.1%}", "min": f"{value:.1f} min"}[unit]
-
-
-def render_targets(figures: dict) -> list[str]:
-    """The report's last section, recomputed from the figures at every save."""
-    figures["targets"] = targets(figures)
-    lines = ["## Targets (issue 21)", ""]
-    if not figures["meta"].get("cuda", False):
-        lines += ["CPU run: the targets are for BERT-base on an H100; these CPU figures neither meet nor miss them.", ""]
-    lines += ["| target | goal | measured | met |", "|---|---|---|---|"]
-    for t in figures["targets"]:
-        shown = "not measured" if t["measured"] is None else _shown(t["measured"], t["unit"])
-        goal = "(reported)" if t["goal"] is None else f"{t['op']} {_shown(t['goal'], t['unit'])}"
-        met = {True: "yes", False: "**no**", None: ""}[t["met"]]
-        lines.append(f"| {t['target']} | {goal} | {shown} | {met} |")
-    status = ", ".join(f"{name}: {p['status']}" for name, p in figures["parts"].items())
-    return lines + ["", f"Parts: {status or 'none started'}. Elapsed {figures['meta'].get('elapsed_s', 0):.0f} s."]
-
-
 # -- the command ----------------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
