@@ -97,7 +97,14 @@ _NOTES.add_render_rule("code_inline", _code)
 for _rule in ("em_open", "em_close"):
     _NOTES.add_render_rule(_rule, _as_written)
 
+def _escaped(value) -> Markup:
+    """Every value the page shows, escaped by html.escape rather than MarkupSafe: the same HTML, written
+    `&quot;` and `&#x27;` as the page was before its template, so a report rebuilt from the same results
+    is byte-identical (autoescape stays on behind it, for anything this misses)."""
+    return value if hasattr(value, "__html__") else Markup(html_lib.escape(str(value)))
+
+
 _PAGES = jinja2.Environment(
-    loader=jinja2.PackageLoader("bertology.results.report", "templates"), autoescape=True,
+    loader=jinja2.PackageLoader("bertology.results.report", "templates"), autoescape=True, finalize=_escaped,
     undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 _PAGES.filters["inline"] = inline_html
