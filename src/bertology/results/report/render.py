@@ -4,8 +4,8 @@ shows) and one self-contained HTML page (report.html: inline CSS and SVG, nothin
 The page is a Jinja2 template (templates/report.html.j2, its CSS in templates/report.css, both package
 data), so its markup is read as HTML rather than assembled from strings, and every value is escaped by
 the engine. The notes are Markdown (they read the same in report.md); markdown-it-py renders the subset
-they use in the page: `code`, **bold** and [links](relative/or#anchor). Raw HTML in a note is escaped,
-and a link that would leave the page stays text, so the page never fetches anything.
+they use in the page: `code`, **bold**, *emphasis* and [links](relative/or#anchor). Raw HTML in a note is
+escaped, and a link that would leave the page stays text, so the page never fetches anything.
 """
 
 from __future__ import annotations
