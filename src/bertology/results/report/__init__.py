@@ -26,7 +26,7 @@ papers do, layers and heads are numbered from 1 in every rendered label (`L1H1`,
 pooler by name); the weight names and every stored table keep the 0-based indices.
 
 `build_report` computes the analysis tables (bertology.results.analysis, written as Parquet beside the
-report) and the sections. The package (no module imports this one, nor one that imports it):
+report) and the sections. Its modules, none of which imports this one:
 - main_table, sections, coverage, paper: the section builders (SECTIONS lists them in order);
 - document: Section and Report, what the builders produce and the renderers read;
 - cells, labels: the display text of a cell, and labels as the papers write them;

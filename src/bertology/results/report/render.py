@@ -4,8 +4,10 @@ shows) and one self-contained HTML page (report.html: inline CSS and SVG, nothin
 The page is a Jinja2 template (templates/report.html.j2, its CSS in templates/report.css, both package
 data), so its markup is read as HTML rather than assembled from strings, and every value is escaped by
 the engine. The notes are Markdown (they read the same in report.md); markdown-it-py renders the subset
-they use in the page: `code`, **bold**, *emphasis* and [links](relative/or#anchor). Raw HTML in a note is
-escaped, and a link that would leave the page stays text, so the page never fetches anything.
+the page has always shown: `code`, **bold** and [links](relative/or#anchor) (*emphasis* stays as written).
+Raw HTML in a note is escaped, and a link that would leave the page stays text, so the page never fetches
+anything. Text, code and values are escaped by html.escape, as before the template, so a report rebuilt
+from the same results is byte-identical.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ _NOTES.add_render_rule("text", _text)
 _NOTES.add_render_rule("code_inline", _code)
 for _rule in ("em_open", "em_close"):
     _NOTES.add_render_rule(_rule, _as_written)
+
 
 def _escaped(value) -> Markup:
     """Every value the page shows, escaped by html.escape rather than MarkupSafe: the same HTML, written
