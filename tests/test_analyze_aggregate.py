@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 from bertology.results.analysis import primary_summary, weight_distance_by_size
-from bertology.results.report import delta_table, main_table
+from bertology.results.report.main_table import delta_table, main_table
 from bertology.results.tables import publish, results_key
 from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Intervention, RunSpec
 from bertology.steps.aggregate import aggregate

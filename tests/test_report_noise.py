@@ -16,7 +16,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 from bertology.results import analysis, plots
-from bertology.results.report import build_report, html, inline_html, markdown
+from bertology.results.report import build_report, html, markdown
+from bertology.results.report.render import inline_html
 from bertology.results.study_results import StudyResults, with_defaults
 
 SEEDS = (1, 2, 3)
@@ -264,6 +265,10 @@ def test_notes_markdown_is_rendered_in_the_html(reversed_report):
     assert inline_html("`a<b` and **bold** <i> [table](#main) [site](https://example.org)") == (
         "<code>a&lt;b</code> and <strong>bold</strong> &lt;i&gt; <a href=\"#main\">table</a> "
         "site (https://example.org)")
+    # as the page was before markdown-it: *emphasis* as written, quotes left as they are outside code
+    # (escaped inside it), every other site as text
+    assert inline_html("the *bert-finetuned* model's \"q\" & `'q'` [x](//host/y) [y](mailto:a@b)") == (
+        "the *bert-finetuned* model's \"q\" &amp; <code>&#x27;q&#x27;</code> x (//host/y) y (mailto:a@b)")
     page = html(reversed_report)
     assert "<code>pre-trained</code>" in page
     assert not re.search(r"<p>[^<]*`", page)  # no raw backticks in any paragraph

@@ -1,0 +1,61 @@
+"""What a report is, apart from how it is built or rendered: a title, the study's settings in one
+paragraph, and an ordered list of sections, each a note with tables (display text), figures (inline SVG)
+and items.
+
+The section builders produce these and the renderers (render.py) only read them, so Markdown and HTML
+show the same content and a new section needs no change to either renderer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from bertology.results.report.labels import size_text
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    note: str
+    tables: tuple[tuple[str, pl.DataFrame], ...] = ()  # (caption, table of display text)
+    figures: tuple[str, ...] = ()  # inline SVG
+    items: tuple[str, ...] = ()  # a list, e.g. the missing runs
+
+
+@dataclass(frozen=True)
+class Report:
+    name: str
+    study_id: str
+    settings: str  # the study's settings in one paragraph
+    sections: tuple[Section, ...]
+    tables: dict[str, pl.DataFrame]  # analysis tables, written as tables/<name>.parquet
+
+
+def figures_drawn(*figures: str | None) -> tuple[str, ...]:
+    """The figures that were drawn (a plot function gives None when there is nothing to draw)."""
+    return tuple(f for f in figures if f)
+
+
+def settings(spec: dict) -> str:
+    """The plan's settings in one paragraph (those it has: a vocabulary plan has no regime or seeds)."""
+    parts = [f"Preset `{spec.get('preset')}`", f"models {', '.join(spec.get('models', []))}"]
+    if "seeds" in spec:
+        parts.append(f"seeds {spec['seeds']}")
+    if "regime" in spec:
+        regime = spec["regime"]
+        parts.append(f"regime {regime['name']} (lr {regime['lr']}, batch {regime['batch_size']}, "
+                     f"{regime['epochs']} epochs, max length {spec.get('max_length')})")
+    if "source" in spec:
+        parts.append(f"data source `{spec['source']}`")
+    text = "; ".join(parts) + "."
+    sizes = [size_text(s.get("fraction"), s.get("count")) for s in spec["sizes"]]
+    if sizes != ["all data"]:
+        text += f" Training data: {', '.join(sizes)}."
+    if spec["intermediates"]:
+        text += f" Intermediate tasks: {', '.join(spec['intermediates'])}."
+    axes = list(dict.fromkeys(a for v in spec["variants"] for a in v["levels"]))
+    if axes:
+        text += f" Variants vary {', '.join(axes)}."
+    return text
