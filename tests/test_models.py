@@ -152,6 +152,16 @@ def test_packaged_and_tiny_configs_without_weights():
     check_model_ref(parse_model_ref("bert-base-uncased@main"))  # well formed; not looked up
 
 
+def test_the_tiny_berts_config_written_out_is_the_one_transformers_makes():
+    """Ids that name tiny:bert hash this dict (bertology.tiny_recipe) without importing transformers: it
+    must be, key for key, what the installed transformers writes for the tiny BERT (a transformers upgrade
+    that changes it fails here; update TINY_BERT_CONFIG, and the tiny ids change with it)."""
+    assert models.tiny_bert_config_dict() == models.tiny_config("bert").to_diff_dict()
+    assert models.tiny_config("bert").to_dict() == BertConfig(
+        vocab_size=30522, pad_token_id=0, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=128).to_dict()  # the tiny BERT as it always was
+
+
 def test_missing_package_tells_how_to_install(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert bad_input(packaged_model_dir) == (
@@ -185,9 +195,9 @@ def test_hub_ids_go_straight_to_from_pretrained_without_remote_code(monkeypatch)
 
         return from_pretrained
 
-    monkeypatch.setattr(models.AutoConfig, "from_pretrained", fake("config"))
-    monkeypatch.setattr(models.BertForPreTraining, "from_pretrained", fake("model"))
-    monkeypatch.setattr(models.AutoTokenizer, "from_pretrained", fake("tokenizer"))
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", fake("config"))
+    monkeypatch.setattr(BertForPreTraining, "from_pretrained", fake("model"))
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", fake("tokenizer"))
     model, tokenizer = load_pretrained(parse_model_ref("hf:google-bert/bert-base-uncased@v1"))
     assert isinstance(model, BertModel) and tokenizer == "tokenizer"
     assert [(kind, source) for kind, source, _ in calls] == [
@@ -222,18 +232,18 @@ def test_hub_failures_become_bad_input_or_transient(monkeypatch):
     def response(status):  # all the error reads of an HTTP response
         return SimpleNamespace(headers={}, request=None, status_code=status)
 
-    monkeypatch.setattr(models, "is_offline_mode", lambda: False)
+    monkeypatch.setattr("huggingface_hub.constants.is_offline_mode", lambda: False)
     for cause, expected in ((RepositoryNotFoundError("404", response=response(404)), "not found or not accessible"),
                             (GatedRepoError("403", response=response(403)), "is gated"),
                             (RemoteEntryNotFoundError("404 config.json", response=response(404)), "lacks a file")):
-        monkeypatch.setattr(models.AutoConfig, "from_pretrained", raising(cause))
+        monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", raising(cause))
         assert expected in bad_input(load_config, ref)
     for cause in (LocalEntryNotFoundError("unreachable"), HfHubHTTPError("503", response=response(503))):
-        monkeypatch.setattr(models.AutoConfig, "from_pretrained", raising(cause))
+        monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", raising(cause))
         with pytest.raises(Transient, match="unreachable"):
             load_config(ref)
-    monkeypatch.setattr(models, "is_offline_mode", lambda: True)  # HF_HUB_OFFLINE=1: a retry cannot help
-    monkeypatch.setattr(models.AutoConfig, "from_pretrained", raising(LocalEntryNotFoundError("offline")))
+    monkeypatch.setattr("huggingface_hub.constants.is_offline_mode", lambda: True)  # HF_HUB_OFFLINE=1: a retry cannot help
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", raising(LocalEntryNotFoundError("offline")))
     assert "HF_HUB_OFFLINE=1 forbids downloading it" in bad_input(load_config, ref)
 
 

@@ -22,6 +22,8 @@ def project(tmp_path_factory):
         "sys.exit(int(sys.argv[1]))\n")
     (root / "jobs" / "sleepy.py").write_text("import time\nprint('sleeping', flush=True)\ntime.sleep(60)\n")
     (root / "jobs" / "crash.py").write_text("raise RuntimeError('boom')\n")
+    (root / "jobs" / "held.py").write_text(
+        "import sys\nprint(sorted(m for m in sys.argv[1].split(',') if m in sys.modules))\n")
     zygote = Zygote(root)
     yield root, zygote
     zygote.close()
@@ -42,6 +44,17 @@ def test_an_uncaught_exception_is_exit_1_with_its_traceback(project):
     process = zygote.spawn("jobs.crash", [], dict(os.environ), root)
     out = process.stdout.read()
     assert process.wait() == 1 and "RuntimeError: boom" in out
+
+
+def test_a_step_starts_with_the_model_libraries_already_imported(project):
+    """The step modules import torch and transformers only where they use them (so that a container that
+    only publishes never loads them); the zygote's point is that in-process steps find them loaded."""
+    root, zygote = project
+    wanted = ["bertology.interventions", "bertology.train", "datasets", "sklearn", "torch", "transformers",
+              "transformers.models.bert.modeling_bert"]
+    process = zygote.spawn("jobs.held", [",".join(wanted)], dict(os.environ), root)
+    out = process.stdout.read()
+    assert process.wait() == 0 and out.strip() == repr(wanted)
 
 
 def test_terminate_stops_a_running_step(project):

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from bertology.errors import BadInput
 from bertology.tasks import Task
+
+if TYPE_CHECKING:
+    import datasets
 
 
 def subset_indices(labels, *, fraction: float | None = None, count: int | None = None,

@@ -12,17 +12,44 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy.stats import pearsonr, spearmanr
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from bertology.errors import BadInput
 
+# scikit-learn and SciPy are imported where a metric is computed, not where the task registry names one.
+
+
+def _accuracy(y: np.ndarray, p: np.ndarray) -> float:
+    from sklearn.metrics import accuracy_score
+
+    return accuracy_score(y, p)
+
+
+def _f1(y: np.ndarray, p: np.ndarray) -> float:
+    from sklearn.metrics import f1_score
+
+    return f1_score(y, p, average="binary", pos_label=1, zero_division=0.0)
+
+
+def _matthews(y: np.ndarray, p: np.ndarray) -> float:
+    from sklearn.metrics import matthews_corrcoef
+
+    return matthews_corrcoef(y, p)
+
+
+def _pearson(y: np.ndarray, p: np.ndarray) -> float:
+    from scipy.stats import pearsonr
+
+    return _correlation(pearsonr, y, p)
+
+
+def _spearman(y: np.ndarray, p: np.ndarray) -> float:
+    from scipy.stats import spearmanr
+
+    return _correlation(spearmanr, y, p)
+
+
 METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
-    "accuracy": lambda y, p: accuracy_score(y, p),
-    "f1": lambda y, p: f1_score(y, p, average="binary", pos_label=1, zero_division=0.0),
-    "matthews_corrcoef": lambda y, p: matthews_corrcoef(y, p),
-    "pearson": lambda y, p: _correlation(pearsonr, y, p),
-    "spearman": lambda y, p: _correlation(spearmanr, y, p),
+    "accuracy": _accuracy, "f1": _f1, "matthews_corrcoef": _matthews, "pearson": _pearson, "spearman": _spearman,
 }
 
 

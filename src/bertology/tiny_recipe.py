@@ -43,10 +43,10 @@ def corpus(seed: int = SEED) -> list[str]:
 
 def recipe() -> dict:
     """Everything the pre-trained weights depend on; its hash is the artifact's id."""
-    from bertology.models import tiny_config
+    from bertology.models import tiny_bert_config_dict
 
     text = "\n".join(corpus())
-    return {"config": tiny_config("bert").to_diff_dict(), "corpus_sha256": hashlib.sha256(text.encode()).hexdigest(),
+    return {"config": tiny_bert_config_dict(), "corpus_sha256": hashlib.sha256(text.encode()).hexdigest(),
             "steps": STEPS, "batch_size": BATCH_SIZE, "lr": LR, "max_length": MAX_LENGTH, "seed": SEED}
 
 

@@ -35,12 +35,17 @@ from pathlib import Path
 from bertology import leftovers
 from bertology.argo.parent_death import die_with_parent
 
-PRELOAD = ("torch", "transformers", "datasets", "polars", "pyarrow.parquet", "sklearn.metrics", "boto3",
-           "bertology.steps.plan", "bertology.steps.prepare_data", "bertology.steps.build_checkpoint",
+# The step modules import torch, transformers and the rest where they are used (so that a container that
+# only publishes never loads them: docs/development.md); the zygote loads them up front, by name, since
+# in-process steps fork from it and pay nothing for what it holds.
+PRELOAD = ("torch", "transformers", "datasets", "polars", "pyarrow.parquet", "sklearn.metrics", "scipy.stats",
+           "boto3", "bertology.steps.plan", "bertology.steps.prepare_data", "bertology.steps.build_checkpoint",
            "bertology.steps.finetune", "bertology.steps.evaluate", "bertology.steps.analyze",
-           "bertology.steps.aggregate")
+           "bertology.steps.aggregate", "bertology.interventions", "bertology.train",
+           "bertology.train.activation_distance", "bertology.train.state", "bertology.tasks.corpora")
 # Classes transformers resolves lazily; touching them here moves their import cost into the zygote.
-PRELOAD_ATTRS = ("AutoConfig", "AutoTokenizer", "AutoModel", "AutoModelForSequenceClassification", "BertModel")
+PRELOAD_ATTRS = ("AutoConfig", "AutoTokenizer", "AutoModel", "AutoModelForSequenceClassification", "BertModel",
+                 "DistilBertConfig")
 
 
 def _send_json(conn: socket.socket, obj: dict) -> None:

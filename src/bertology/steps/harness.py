@@ -51,13 +51,24 @@ class _ArgParser(argparse.ArgumentParser):
         raise BadInput(f"{self.prog}: {message}")
 
 
-def quiet_libraries() -> None:
-    """Our log lines are the progress report; library progress bars and load reports are noise in pod logs."""
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    import transformers
+# Read by the Hugging Face libraries when they are first imported; a user's own setting wins.
+QUIET_LIBRARIES = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                   "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
 
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
+
+def quiet_libraries() -> None:
+    """Our log lines are the progress report; library progress bars and load reports are noise in pod logs.
+
+    Set through the libraries' environment variables, so a step that never loads a model never imports
+    transformers (docs/development.md, "Heavy libraries are imported where they are used"); a process
+    that imported it already (the runner's zygote, a test) is quieted directly."""
+    for name, value in QUIET_LIBRARIES.items():
+        os.environ.setdefault(name, value)
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.set_verbosity_error()
+        transformers_logging.disable_progress_bar()
 
 
 def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list[str] | None = None) -> int:

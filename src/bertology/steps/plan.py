@@ -12,11 +12,8 @@ import dataclasses
 import json
 import logging
 
-from transformers import BertConfig
-
 from bertology import tasks, tiny_pretrain
 from bertology.errors import BadInput, TooSmall
-from bertology.interventions import chain_config, validate_chain
 from bertology.results import receipts
 from bertology.results.tables import CELL_TABLES, results_key
 from bertology.spec import TINY_BERT, Intervention, canonical_json
@@ -25,8 +22,6 @@ from bertology.steps.common import model_config, run_key
 from bertology.steps.harness import write_outputs
 from bertology.store import Store, open_store
 from bertology.study import StudySpec, parse_pairs
-from bertology.train.activation_distance import check_shapes
-from bertology.train.regimes import Schedule
 from bertology.variants import Variant
 
 log = logging.getLogger("bertology")
@@ -75,6 +70,11 @@ def _beyond_every_bert(spec: StudySpec, variant: Variant) -> str | None:
     offline (a hub config), so the bound is the deepest BERT any study could use: BERT-large. A selection
     that fits BERT-large but not the study's real model is still dropped under the preset and refused with
     the paper preset, where the real model's config is read."""
+    from transformers import BertConfig
+
+    from bertology.interventions import chain_config, validate_chain
+    from bertology.train.regimes import Schedule
+
     config = BertConfig(**DEEPEST_BERT)
     try:
         chain = validate_chain([step.to_dict() for step in variant.interventions], config)
@@ -96,6 +96,12 @@ def _check_length(spec: StudySpec, model: str, config) -> None:
 
 
 def _validate_variant(spec: StudySpec, variant: Variant) -> Variant:
+    # the chain is checked against each model's config: transformers (and the torch it imports) load here,
+    # in the plan pod's run, not when a step module is imported (docs/development.md)
+    from bertology.interventions import chain_config, validate_chain
+    from bertology.train.activation_distance import check_shapes
+    from bertology.train.regimes import Schedule
+
     regime = spec.regime_of(variant)
     schedule = Schedule.of(regime)
     reference = model_config(regime.reference) if regime.reference else None

@@ -25,13 +25,16 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import datasets
 import numpy as np
 
 from bertology.errors import BadInput, Transient
 from bertology.tasks import synthetic
 from bertology.tasks.registry import Task, get_task
+
+if TYPE_CHECKING:  # loading examples imports `datasets`; naming and checking sources does not
+    import datasets
 
 SOURCE_KINDS = ("hub", "glue-dir:PATH", "files:SPLIT=PATH,...", "synthetic")
 # The 15 languages of XNLI, each a config of facebook/xnli.
@@ -111,13 +114,15 @@ def check_data(task: Task | str, source: str) -> None:
 
 def load_split(task: Task | str, source: str, split: str) -> datasets.Dataset:
     """One split of `task` from `source` as a Dataset with columns text_a, [text_b], label."""
+    import datasets
+
     task = get_task(task)
     if split not in task.splits:
         raise BadInput(f"unknown split {split!r} for task {task.name} (allowed: {', '.join(task.splits)})")
     check_source(task, source, (split,))
     kind, arg = parse_source(source)
     if task.kind == "span":
-        return datasets.Dataset.from_dict(_span_examples(task, kind, arg, split), features=_SPAN_FEATURES)
+        return datasets.Dataset.from_dict(_span_examples(task, kind, arg, split), features=_span_features())
     if task.kind == "mlm":
         lines = _corpus_lines(task, kind, arg, split)
         if not lines:
@@ -132,11 +137,14 @@ def load_split(task: Task | str, source: str, split: str) -> datasets.Dataset:
     return datasets.Dataset.from_dict(columns, features=_features(task))
 
 
-_SPAN_FEATURES = datasets.Features({
-    "id": datasets.Value("string"), "title": datasets.Value("string"), "question": datasets.Value("string"),
-    "context": datasets.Value("string"), "answer_texts": datasets.Sequence(datasets.Value("string")),
-    "answer_starts": datasets.Sequence(datasets.Value("int64")),
-})
+def _span_features() -> datasets.Features:
+    import datasets
+
+    return datasets.Features({
+        "id": datasets.Value("string"), "title": datasets.Value("string"), "question": datasets.Value("string"),
+        "context": datasets.Value("string"), "answer_texts": datasets.Sequence(datasets.Value("string")),
+        "answer_starts": datasets.Sequence(datasets.Value("int64")),
+    })
 
 
 def _span_examples(task: Task, kind: str, arg: str, split: str) -> dict[str, list]:
@@ -193,6 +201,8 @@ def _carve(lines: list[str], split: str) -> list[str]:
 
 def _hub_sentences(task: Task) -> list[str]:
     """The first HUB_CORPUS_LINES sentences (5 to 64 words) of the hub corpus's articles, in order."""
+    import datasets
+
     try:
         articles = datasets.load_dataset(*task.hub, split="train", streaming=True)
         lines = []
@@ -207,6 +217,8 @@ def _hub_sentences(task: Task) -> list[str]:
 
 
 def _hub_table(path: str, config: str, split: str):
+    import datasets
+
     try:
         return datasets.load_dataset(path, config, split=split).with_format("arrow")[:]
     except ConnectionError as e:  # the hub is unreachable: worth a retry, not a user error
@@ -214,6 +226,8 @@ def _hub_table(path: str, config: str, split: str):
 
 
 def _features(task: Task) -> datasets.Features:
+    import datasets
+
     label = datasets.Value("float32" if task.is_regression else "int64")
     return datasets.Features({**{f: datasets.Value("string") for f in task.text_fields}, "label": label})
 
