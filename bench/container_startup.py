@@ -1,8 +1,9 @@
 """What a pod costs to start in its image (`--engine podman`) against the in-process runner (`--engine local`).
 
 A workflow of `--pods` container tasks in a chain, each with the step library's `finetune` settings (the
-training image, its securityContext, emptyDir and limits) and a step that does what every real step does
-first, import its module: `python -m bertology.steps.finetune` (torch, transformers, datasets). The local runner forks each from a
+training image, its securityContext, emptyDir and limits) and a step that does what every step that loads a
+model does first, import torch and transformers' BERT: `python -m bertology.weight_init` (the step modules
+themselves import neither until they use them: docs/development.md). The local runner forks each from a
 warm interpreter by default, or starts a fresh one (--no-fork-server); a container adds its own start and
 removal to a fresh interpreter. The podman run uses moto's S3 on loopback as its store (the engine checks it).
 Prints seconds per pod, end to end (the fork server's own start included), for each engine; needs the images (`make images BASE=local`).
@@ -37,7 +38,7 @@ def workflow(directory: Path, pods: int) -> Path:
     for key in ("inputs", "outputs", "retryStrategy", "synchronization", "tolerations"):
         step.pop(key, None)
     step["name"] = "step"
-    step["container"].update(command=["python", "-m", "bertology.steps.finetune"], args=[])
+    step["container"].update(command=["python", "-m", "bertology.weight_init"], args=[])
     tasks = [{"name": f"p{i}", "template": "step", **({"depends": f"p{i - 1}"} if i else {})} for i in range(pods)]
     doc = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "startup"},
            "spec": {"entrypoint": "main", "templates": [{"name": "main", "dag": {"failFast": False, "tasks": tasks}},
