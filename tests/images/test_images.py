@@ -139,6 +139,8 @@ def _like(step: str, name: str, script: str, **changes) -> dict:
     template = json.loads(json.dumps(STEPS[step]))
     template.pop("inputs", None)
     template.pop("outputs", None)
+    # the step's deadline is its `deadline` input (set by plan); these pods have no inputs, so a fixed one
+    template["activeDeadlineSeconds"] = 600
     template["name"] = name
     template["container"].update(command=["python", "-c", script], args=[])
     for key, value in changes.items():
@@ -219,7 +221,9 @@ def test_an_oom_kill_exits_137_and_is_retried_as_the_template_says(built, bucket
     result, lines = _run(path, f"s3://{bucket}/store", tmp_path)
     always, once, bad = (result.nodes[n] for n in ("always-oom", "oom-once", "bad-input"))
     assert (always.phase, always.exit_code, always.attempts) == ("Failed", 137, 4), lines
-    assert always.message.startswith("main: OOMKilled (exit code 137)")
+    # the Retry node says why it stopped (operator.go processNodeRetries); each attempt, why it failed
+    assert always.message == "No more retries left"
+    assert all(t.message.startswith("main: OOMKilled (exit code 137)") for t in always.tries), always.tries
     assert (once.phase, once.exit_code, once.attempts) == ("Succeeded", 0, 2), lines
     assert any("attempt 1 done" in line for line in lines)
     assert (bad.phase, bad.exit_code, bad.attempts) == ("Failed", 2, 1)
@@ -237,7 +241,8 @@ def test_an_empty_dir_over_its_size_limit_is_evicted(built, bucket, tmp_path):
     result, lines = _run(path, f"s3://{bucket}/store", tmp_path)
     node = result.nodes["fill-tmp"]
     assert (node.phase, node.exit_code, node.attempts) == ("Failed", 137, 2), lines
-    assert node.message.startswith('Usage of EmptyDir volume "tmp" exceeds the limit "8Mi". ')
+    assert node.message == "No more retries left"  # the Retry node's (operator.go processNodeRetries)
+    assert all(t.message.startswith('Usage of EmptyDir volume "tmp" exceeds the limit "8Mi". ') for t in node.tries)
     assert time.monotonic() - started < 40  # evicted, not left to sleep out its 30 s twice
 
 
