@@ -94,3 +94,19 @@ def test_tiny_scales_a_study_size_factor_onto_its_own_count_and_a_users_count_wi
     assert StudySpec.from_params("s", {"preset": "tiny", "count": "100"})[0].sizes == ((None, 100),)
     assert StudySpec.from_params("s", {"preset": "tiny", "fraction": "0.5"})[0].sizes == ((0.5, None),)
     assert StudySpec.from_params("s", {"preset": "tiny"})[0].sizes == ((None, 128),)
+
+
+def test_tiny_lowers_a_studys_own_evaluation_cap_and_leaves_whole_splits_whole():
+    # crosslingual-mlm caps its evaluation sets at the report's 10,000 sentences; its tiny run scored 400 per
+    # split against the 30,522-word vocabulary at every evaluation point, most of the tiny study's time
+    spec, changes = StudySpec.from_params("s", {"preset": "tiny", "eval_count": "default:10000"})
+    assert spec.eval_count == 128 and "eval_count: 10000 -> 128" in changes
+    assert StudySpec.from_params("s", {"preset": "tiny", "eval_count": "default:50"})[0].eval_count == 50
+    assert StudySpec.from_params("s", {"preset": "tiny"})[0].eval_count is None  # whole splits stay whole
+    assert StudySpec.from_params("s", {"preset": "tiny", "eval_count": "1000"})[0].eval_count == 1000  # passed
+    assert StudySpec.from_params("s", {"preset": "paper", "eval_count": "default:10000"})[0].eval_count == 10000
+    # a task's own cap is lowered the same way
+    spec, changes = StudySpec.from_params("s", {"preset": "tiny", "tasks": '["rte"]',
+                                                "task_settings": 'default:{"rte": {"eval_count": 300}}'})
+    assert spec.task_settings == {"rte": {"eval_count": 128}}
+    assert "task_settings 'rte': eval_count 300 -> 128" in changes

