@@ -245,9 +245,15 @@ class Containers:
                     process = self.zygote.spawn(argv[2], argv[3:], env, self.project_root)
                 else:  # its own process group, as a pod: terminate() reaches the step's children too;
                     # it dies with the runner, as a pod with its node (a kill of the runner's group misses it)
+                    announce = self.reaper.announcer() if self.reaper is not None else (lambda: None)
+
+                    def before_exec() -> None:  # in the child: no lock taken (PLW1509)
+                        die_with_parent()
+                        announce()
+
                     process = subprocess.Popen(argv, cwd=self.project_root, env=env, stdout=subprocess.PIPE,
                                                stderr=subprocess.STDOUT, text=True, errors="replace",
-                                               start_new_session=True, preexec_fn=die_with_parent)  # noqa: PLW1509 - takes no lock
+                                               start_new_session=True, preexec_fn=before_exec)  # noqa: PLW1509 - takes no lock
             except OSError as e:
                 log_file.write(f"cannot start: {e}\n")
                 return "Error", None, f"cannot start {argv[0]!r}: {e.strerror or e}"

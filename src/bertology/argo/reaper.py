@@ -11,6 +11,7 @@ bare interpreter start (no imports beyond os, signal and sys).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -45,6 +46,21 @@ class Reaper:
 
     def watch(self, pgid: int) -> None:
         self._say(f"+{pgid}")
+
+    def announcer(self):
+        """A `preexec_fn` part: the new step writes its own group to the reaper before it execs, so a runner
+        killed in the first milliseconds of a step (before `watch` ran) still takes the step's children
+        along. One os.write of a line under PIPE_BUF is atomic and takes no lock, as a child of a threaded
+        parent must; the pipe is still open there (subprocess closes fds after preexec_fn)."""
+        fd = self._process.stdin.fileno()  # type: ignore[union-attr]
+
+        def announce() -> None:
+            try:
+                os.write(fd, f"+{os.getpid()}\n".encode())
+            except OSError:  # the reaper is gone: PDEATHSIG still holds
+                pass
+
+        return announce
 
     def forget(self, pgid: int) -> None:
         self._say(f"-{pgid}")
