@@ -40,7 +40,10 @@ def tiny_pretrained(tmp_path_factory):
     """The tiny preset's pre-trained BERT, built once: every study a test runs (in this process or in a
     `bertology run` child, which inherits the environment) copies it into its store instead of
     pre-training again (bertology.tiny_pretrain.ensure; about 20 s each on 2 cores). It is kept in the user's
-    cache between sessions: the artifact is content-addressed by its recipe and verified when copied."""
+    cache between sessions: the artifact is content-addressed by its recipe and verified when copied. The
+    pytest-xdist workers (`make test`) build it once: the first takes a lock, the others wait for it."""
+    import fcntl
+
     from bertology import tiny_pretrain
     from bertology.store import LocalStore
 
@@ -49,8 +52,12 @@ def tiny_pretrained(tmp_path_factory):
         cache.mkdir(parents=True, exist_ok=True)
         root = cache
     except OSError:  # no writable home: this session only
-        root = tmp_path_factory.mktemp("tiny-pretrained")
-    tiny_pretrain.ensure(LocalStore(root))
+        base = tmp_path_factory.getbasetemp()
+        root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tiny-pretrained"
+        root.mkdir(exist_ok=True)  # under xdist, in the workers' common parent
+    with (root.parent / f".{root.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        tiny_pretrain.ensure(LocalStore(root))
     os.environ["BERTOLOGY_TINY_PRETRAINED"] = str(root)
     yield root
     os.environ.pop("BERTOLOGY_TINY_PRETRAINED", None)

@@ -99,11 +99,13 @@ def test_a_signal_stops_every_process_of_the_run(project, subprocess_env, sig, c
             assert cli.poll() is None, cli.communicate()
             assert time.time() < deadline, "the steps never started"
             time.sleep(0.2)
-        time.sleep(0.5)  # let sh start its sleep
         step, step_child = map(int, (pids / "forked").read_text().split())
-        tree = _descendants(cli.pid)
-        # the zygote, a waiter, the step and its child; sh and its sleep
-        assert {step, step_child, int((pids / "host").read_text())} <= tree and len(tree) >= 6, tree
+        # the zygote, a waiter, the step and its child; sh and its sleep (which sh starts after its pid file)
+        deadline = time.time() + 30
+        while not ({step, step_child, int((pids / "host").read_text())} <= (tree := _descendants(cli.pid))
+                   and len(tree) >= 6):
+            assert time.time() < deadline, tree
+            time.sleep(0.1)
         cli.send_signal(sig)
         out, err = cli.communicate(timeout=60)
     finally:

@@ -6,8 +6,9 @@
   `<!-- test: cluster -->` (helm, kubectl, argo: rendered and validated below, as far as no cluster allows)
   or `<!-- test: none, WHY -->`.
 - `make demo` prints what the README shows: the README's block is a real demo run's output, and a smaller
-  run of the same command (the demo preset, one seed, 64 examples, one epoch) prints the same lines and
-  tables, values aside.
+  run of the same command (the demo preset, one seed, 64 examples, one epoch, 100 evaluation examples, a
+  maximum length of 20 word-pieces, which cuts none of the synthetic SST-2's sentences) prints the same
+  lines and tables, values aside.
 - The study pages are the workflows' own headers and parameters (docs/study_pages.py), and the site builds
   with every one of them.
 """
@@ -32,7 +33,7 @@ COMMAND_PAGES = [REPO / "README.md", REPO / "docs" / "getting-started.md"]  # ev
 DOCS = sorted((REPO / "docs").rglob("*.md"))
 BLOCK = re.compile(r"(?:<!-- (?P<marker>[^\n]*?) -->\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.DOTALL)
 DEMO_RUN = ("workflows/reversed-layers.yaml", "-p", "preset=demo", "-p", "seeds=[1]", "-p", "count=64",
-            "-p", "epochs=1")
+            "-p", "epochs=1", "-p", "eval_count=100", "-p", "max_length=20")
 STATUSES = ("holds", "holds (within CI overlap)", "violated (within CI overlap)", "violated")
 
 sys.path.insert(0, str(REPO / "docs"))
@@ -95,7 +96,10 @@ def test_every_shell_block_names_the_test_that_runs_it(page):
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     """`make demo`'s command, smaller: the demo preset (the packaged MiniLM, the synthetic SST-2) with one
-    seed, 64 training examples and one epoch; its store then serves the pages' `test: run` blocks."""
+    seed, 64 training examples, one epoch and 100 evaluation examples, at a maximum length of 20 (the
+    longest sentence is 18 word-pieces; each run's inference speed is timed on batches of that length, which
+    at the preset's 32 cost more than the rest of the run); its store then serves the pages' `test: run`
+    blocks."""
     import os
 
     store = tmp_path_factory.mktemp("demo") / "store"
@@ -103,6 +107,8 @@ def demo_run(tmp_path_factory):
     done = subprocess.run([str(BIN / "bertology"), "run", *DEMO_RUN, "--store", str(store)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (meta,) = store.glob("data/*/meta.json")
+    assert all(split["max_length"] < 20 for split in json.loads(meta.read_text())["splits"].values())  # none cut
     return store, done.stdout
 
 
@@ -137,6 +143,7 @@ def _cell(text: str) -> str:
     return "STATUS" if text in STATUSES else text
 
 
+@pytest.mark.xdist_group("demo_run")  # one worker of `make test` makes the demo run, once
 def test_make_demo_prints_what_the_readme_shows(demo_run):
     """The README's `make demo` output (a real run's, kept only there) and what the code prints now have the
     same lines, the same table columns and rows and the same orderings; the values come from a smaller run."""
@@ -151,6 +158,7 @@ def test_make_demo_prints_what_the_readme_shows(demo_run):
     assert printed[-1].startswith("report: ") and Path(printed[-1].removeprefix("report: ")).is_file()
 
 
+@pytest.mark.xdist_group("demo_run")  # one worker of `make test` makes the demo run, once
 def test_run_blocks_succeed_as_they_stand(demo_run):
     """Every `test: run` command, as written, from the repository root; the store is the demo run's
     (`$BERTOLOGY_STORE`), so `bertology report reversed-layers` has a study to report."""

@@ -27,6 +27,8 @@ from bertology.steps.harness import main
 from bertology.store import LocalStore
 
 REPO = Path(__file__).resolve().parent.parent
+# one worker of `make test` (pytest-xdist, --dist loadgroup) runs them all: the module's runs are made once
+pytestmark = pytest.mark.xdist_group("test_resume")
 # 512 examples, batch 8, 2 epochs: 64 steps an epoch, a state every 8 steps.
 RUN = RunSpec(CheckpointSpec("tiny:bert"), DatasetSpec("sst2", "synthetic", "tiny:bert", 32, count=512),
               Regime(lr=1e-3, batch_size=8, epochs=2, checkpoint_every=8), seed=5)
