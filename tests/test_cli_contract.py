@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pyarrow as pa
@@ -52,6 +55,25 @@ def test_every_command_exits_2_with_one_line_naming_the_bad_value(case, tmp_path
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error: ") and named.format(tmp=tmp_path) in err[0], err
     assert not (tmp_path / "store").exists() and not (tmp_path / "out").exists()  # nothing written
+
+
+# `python -m bertology.cli ARGS` with an atexit handler that says when the interpreter's finalisation runs
+FINALISATION = ("import atexit, runpy, sys; atexit.register(lambda: print('finalised', flush=True)); "
+                "sys.argv = ['bertology', *sys.argv[1:]]; runpy.run_module('bertology.cli', run_name='__main__')")
+
+
+@pytest.mark.parametrize("args, code, shown", [(["studies"], 0, "reversed-layers"),
+                                               (["validate", "missing.yaml"], 2, "error: workflow file")])
+def test_the_command_ends_with_its_code_and_output_but_without_the_interpreters_finalisation(args, code, shown):
+    """bertology.process_exit: a native thread pool (torch, pyarrow, polars) can abort the interpreter's
+    finalisation (SIGABRT, exit -6) after a study's result was printed, as `bertology run` once did in the
+    suite. The command (console script and `python -m`) flushes its output and ends with os._exit."""
+    done = subprocess.run([sys.executable, "-c", FINALISATION, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == code, done.stderr
+    assert shown in done.stdout + done.stderr  # flushed to a pipe
+    assert "finalised" not in done.stdout
+    assert [e.value for e in entry_points(group="console_scripts", name="bertology")] == ["bertology.cli:entry"]
 
 
 def test_done_is_0_and_a_failed_validation_is_1(tmp_path, capsys):

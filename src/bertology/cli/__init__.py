@@ -13,7 +13,8 @@ retry), 130 / 143 (stopped by Ctrl-C / SIGTERM). The store defaults to $BERTOLOG
 
 Its modules, each one command or one idea: `run` (and `dry_run`, `run_inputs` for -f and the local limits,
 `stopping` for SIGTERM / SIGINT), `validate`, `checkpoint`, `catalogue` (studies, interventions), `report`,
-and `locations` (the store, the templates, jobs/). This module wires them into one parser and `main`.
+and `locations` (the store, the templates, jobs/). This module wires them into one parser and `main`;
+`entry` is the command itself (the console script, `python -m bertology.cli`).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from bertology.cli.run_inputs import PARALLELISM_ENV, SEMAPHORES_ENV
 from bertology.cli.stopping import Stopped
 from bertology.cli.validate import cmd_validate
 from bertology.errors import EXIT_BAD_INPUT, BadInput, BertologyError
+from bertology.process_exit import exit_process
 from bertology.store import DEFAULT_ROOT
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "entry", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -130,3 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `bertology studies | head`: the reader left; no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def entry() -> None:
+    """The `bertology` command: `main`, then the process ends with its exit code without the interpreter's
+    finalisation (bertology.process_exit: a native thread pool aborted it once, SIGABRT, after a study's
+    result was printed)."""
+    exit_process(main())

@@ -1,8 +1,6 @@
 """`python -m bertology.cli`: the `bertology` command (as the tests and the images start it)."""
 
-import sys
-
-from bertology.cli import main
+from bertology.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from bertology import chaos, leftovers, tiny_pretrain
 from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput, BertologyError, Transient
+from bertology.process_exit import exit_process
 from bertology.spec import parse_json_arg
 from bertology.steps import planned
 from bertology.store import Store, is_disk_full, open_store
@@ -131,15 +132,10 @@ def leave_cause(line: str) -> None:
 
 
 def entry(step: str, run: Callable[[Store, argparse.Namespace], None]) -> None:
-    """Run the step and end the process with its exit code. The interpreter's own shutdown is skipped
-    (os._exit once the output is flushed): under load, torch's C++ thread pools were seen to abort at
-    finalisation ("terminate called without an active exception", SIGABRT) after a step had finished and
-    published, which a pod would report as a failure. Everything a step writes is closed before it returns."""
-    code = main(step, run)
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    """Run the step and end the process with its exit code, skipping the interpreter's own shutdown
+    (bertology.process_exit: torch's C++ thread pools were seen to abort at finalisation, SIGABRT, after a
+    step had finished and published, which a pod would report as a failure)."""
+    exit_process(main(step, run))
 
 
 def require_spec(args: argparse.Namespace, step: str) -> dict:
