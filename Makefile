@@ -30,14 +30,17 @@ CHECKOV_VENV := $(VENV)/checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(lastword $(subst ==, ,$(CHECKOV)))
 
 # torch from pip (the machine's pip settings may point at a local CPU wheel), then the rest through uv,
-# with torch constrained to the version pip installed: 11 s against pip's 80 s for the same packages here
-# (docs/measurements.md); a later `pip install` into .venv works as before.
+# with torch constrained to exactly what pip installed (2.13.0+cpu here, so uv can never swap in PyPI's CUDA
+# build) and bytecode compiled as pip does (PYTHONDONTWRITEBYTECODE=1 would otherwise make every import
+# compile again: the fork server's imports took 10.7 s of CPU instead of 6.3). A later `pip install` into
+# .venv works as before. Timings: docs/measurements.md.
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip $(UV)
 	$(PY) -m pip install -q $(TORCH)
-	echo '$(TORCH)' > $(VENV)/torch-constraint.txt
-	$(VENV)/bin/uv pip install -q --python $(PY) -c $(VENV)/torch-constraint.txt -e '.[demo,cluster,dev,notebook,tracking]'
+	$(PY) -c "from importlib.metadata import version; print('torch==' + version('torch'))" > $(VENV)/torch-constraint.txt
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -c $(VENV)/torch-constraint.txt \
+	  -e '.[demo,cluster,dev,notebook,tracking]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -103,7 +106,7 @@ $(K8S_TOOLS): | $(STAMP)
 
 $(CHECKOV_STAMP): | $(STAMP)
 	rm -rf $(CHECKOV_VENV) && $(PYTHON) -m venv --without-pip $(CHECKOV_VENV)
-	$(VENV)/bin/uv pip install -q --python $(CHECKOV_VENV)/bin/python $(CHECKOV)
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(CHECKOV_VENV)/bin/python $(CHECKOV)
 	touch $@
 
 ## device-kit: what bench/gpu.py needs on a lent GPU machine beyond what it has, as Python 3.12 wheels in
