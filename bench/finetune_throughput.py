@@ -4,7 +4,8 @@ Both get the same token ids (the prepare-data path: `load_split` -> `subset_indi
 batch size, lr, epochs, warmup steps, weight decay (not on biases and LayerNorm, as both do), max grad norm
 and seed (the head is initialised from it identically). The Trainer is configured as a user who wants the
 same recipe would: `train_sampling_strategy="group_by_length"` (v5's `group_by_length=True`),
-`DataCollatorWithPadding`, `eval_strategy="epoch"`, the same eval batch size, bf16 on CUDA,
+`DataCollatorWithPadding` (with `pad_to_multiple_of=8` on CUDA, as HF's docs advise for tensor cores and as
+our loop pads there: the same batch widths), `eval_strategy="epoch"`, the same eval batch size, bf16 on CUDA,
 `save_strategy="no"`, `report_to="none"`, `disable_tqdm=True`; everything else is its default
 (optimizer `adamw_torch_fused`, `logging_steps=500`, no dataloader workers). Ours is `bertology.train.finetune`
 as the finetune step calls it, without a resume sink.
@@ -91,6 +92,8 @@ def run_trainer(path, task, train, val, hp, seed, device, out) -> dict:
         set_seed,
     )
 
+    from bertology.train.device import pad_multiple
+
     tokenizer = AutoTokenizer.from_pretrained(path)
     set_seed(seed)  # as our loop: torch.manual_seed(seed) right before the head is initialised
     model = AutoModelForSequenceClassification.from_pretrained(
@@ -111,7 +114,8 @@ def run_trainer(path, task, train, val, hp, seed, device, out) -> dict:
     trainer = Trainer(model=model, args=args, processing_class=tokenizer,
                       train_dataset=datasets.Dataset(train.select([*columns, "length"])),
                       eval_dataset=datasets.Dataset(val.select(columns)),
-                      data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=accuracy)
+                      data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_multiple(device)),
+                      compute_metrics=accuracy)
     train_s = trainer.train().metrics["train_runtime"]
     evals = [e for e in trainer.state.log_history if "eval_accuracy" in e]
     assert len(evals) == hp.epochs, evals

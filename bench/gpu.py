@@ -8,7 +8,7 @@ each optimisation, a GLUE sweep estimate and several runs sharing one GPU. Print
 With --out, report.md and figures.json (every figure of the report, and each part's status) are rewritten
 after every measurement, so a call cut off at its limit still returns what was measured; --budget-s stops
 whatever runs at the deadline and skips the rest (bench/gpu_record.py). Parts run in the order of the
-targets they measure (ours, overhead, sweep, concurrency), the diagnostics (optimisations) last.
+targets they measure (ours, overhead, sweep, concurrency), the diagnostics (optimisations, profile) last.
 
 What is measured (on CUDA: BERT-base from `BertConfig()` with random weights, so no hub is needed; bf16
 autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
@@ -24,6 +24,9 @@ autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
 - optimisations: compile on and off, the padding waste (share of pad tokens) with and without length
   grouping and with widths bucketed to multiples of 8, training seq/s with and without the buckets, and
   evaluation seq/s at eval batch 128 and 512.
+- profile: where the bare training step's time goes (bench/gpu_profile.py): wall, host CPU and device-busy
+  time per step, kernels and launches per step, eager and compiled (CUDA graphs too), with inputs made on
+  the device or as the loop makes them (pinned copies), at a fixed width and on SST-2's lengths.
 - per-run overhead, by phase, timed by running the finetune step's own calls: process start (a fresh
   interpreter importing the step), loading (tokenizer and model onto the device), tokenized data (the
   prepared Parquet into batches), evaluation (3 epochs' dev evaluations), resume states (a snapshot per
@@ -93,7 +96,7 @@ from gpu_workload import (
 # Peak dense bf16 tensor FLOP/s by device name (vendor datasheets, no sparsity), most specific first.
 PEAK_BF16 = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("GH200", 989e12), ("A100", 312e12))
 NA = "n/a (no CUDA)"
-PARTS = ("ours", "overhead", "sweep", "concurrency", "optimisations")  # the order they run in
+PARTS = ("ours", "overhead", "sweep", "concurrency", "optimisations", "profile")  # the order they run in
 VERSIONS = ("torch", "transformers", "tokenizers", "accelerate", "datasets", "numpy", "pyarrow")
 
 
@@ -231,10 +234,9 @@ def part_optimisations(b: Bench) -> None:
         b.rec.lines(f"| {task} | " + " | ".join(f"{v:.1%}" for v in waste.values()) + " |")
     b.rec.lines("", "| setting (SST-2 and RTE lengths) | SST-2 seq/s | RTE seq/s |", "|---|---|---|")
     sets = {t: (b.split(t, b.n(6_400, 192)), b.split(t, b.n(500, 64), seed=1)) for t in ("sst2", "rte")}
-    variants = [("eager, widths as long as the longest row (the eager default)", {"pad_multiple": 1}),
-                ("eager, widths to multiples of 8", {"pad_multiple": 8})]
-    compiled = [("torch.compile (dynamic=True), widths as long as the longest row", {"pad_multiple": 1, "compile": True}),
-                ("torch.compile (dynamic=True), multiples of 8 (the compiled default)", {"pad_multiple": 8, "compile": True})]
+    variants = [("eager, widths as long as the longest row (the CPU default)", {"pad_multiple": 1}),
+                ("eager, widths to multiples of 8 (the CUDA default)", {"pad_multiple": 8})]
+    compiled = [("torch.compile (dynamic=True), multiples of 8", {"pad_multiple": 8, "compile": True})]
     variants += compiled if b.cuda else [(name, None) for name, _ in compiled]
     for name, hp in variants:
         if hp is None:
@@ -256,6 +258,35 @@ def part_optimisations(b: Bench) -> None:
             b.rec.put("optimisations", "eval_seq_s", f"batch {batch}", task, rates[-1])
         b.rec.lines(f"| eval batch {batch} | {rates[0]:,.0f} | {rates[1]:,.0f} |")
     b.rec.lines("")
+
+
+def part_profile(b: Bench) -> None:
+    """The bare training step's host and device time (bench/gpu_profile.py): which cost bounds a step."""
+    import gpu_profile
+
+    b.rec.lines("## Where a step's time goes (bench/gpu_profile.py: the bare step, batch 32, steady state)", "",
+                ("| variant | seq/s | ms/step | host CPU ms/step | device busy ms/step | busy share | kernels/step "
+                 "| launches/step | widths (new) | first pass's extra s |"), "|---|" + "---|" * 9)
+    for variant, (_, _, mode, *_) in gpu_profile.VARIANTS.items():
+        if mode is not None and not b.cuda:  # inductor on CPU compiles C++: minutes, and says nothing of a GPU
+            b.rec.put("profile", variant, None)
+            b.rec.lines(f"| {variant} | {NA} |" + " |" * 8)
+            continue
+        try:
+            f = gpu_profile.measure(variant, b.device, 40 if b.cuda else 3, not b.cuda, 128 if b.cuda else 16)
+        except (RuntimeError, torch.OutOfMemoryError, ImportError) as e:  # a compile error: the rest still run
+            b.rec.put("profile", variant, {"error": f"{type(e).__name__}: {e}"[:500]})
+            b.rec.lines(f"| {variant} | failed: {type(e).__name__} |" + " |" * 8)
+            continue
+        b.rec.put("profile", variant, {k: v for k, v in f.items() if k != "top_host_ops"})
+        cells = [f"{f['seq_s']:,.0f}", f"{f['ms_per_step']:.1f}", f"{f['process_cpu_ms_per_step']:.1f}"]
+        cells += ([f"{f['device_busy_ms_per_step']:.1f}", f"{f['device_busy_share']:.0%}", f"{f['kernels_per_step']:,.0f}",
+                   f"{f['launch_calls_per_step']:,.0f}"] if b.cuda else [NA] * 4)
+        b.rec.lines(f"| {variant} | " + " | ".join(cells) + f" | {f['distinct_widths']} ({f['new_widths']}) | {f['first_pass_extra_s']:.1f} |")
+    b.rec.lines("", ("Host CPU is the process's CPU time per step (all threads); a step is bound by the host when "
+                     "the device is busy for a small share of it. The first pass runs every distinct batch once before "
+                     "the timed pass; its extra time is the one-time cost of widths new to the process (and of compiling). "
+                     "Variants: bench/gpu_profile.py's VARIANTS."), "")
 
 
 def time_phases(b: Bench, task: str, train_rows: int, dev_rows: int, epochs: int, train_rate: float) -> dict:
@@ -498,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
                    f"Peak for MFU: {f'{peak / 1e12:.0f} TFLOP/s bf16 dense' if peak else 'n/a'}."
                    + (f" Time budget: {a.budget_s:g} s." if a.budget_s is not None else "")), "")
         run = {"ours": lambda: part_ours(b), "overhead": lambda: part_overhead(b), "sweep": lambda: part_sweep(b),
-               "concurrency": lambda: part_concurrency(b, ks), "optimisations": lambda: part_optimisations(b)}
+               "concurrency": lambda: part_concurrency(b, ks), "optimisations": lambda: part_optimisations(b),
+               "profile": lambda: part_profile(b)}
         for part in PARTS:
             if part in a.parts:
                 with rec.part(part) as go:

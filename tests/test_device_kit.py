@@ -164,7 +164,7 @@ def _gpu_py(*args: str, **kwargs) -> subprocess.Popen:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--parts", "ours,speed"], "--parts: unknown part 'speed' (allowed: ours, overhead, sweep, concurrency, optimisations)"),
+    (["--parts", "ours,speed"], "--parts: unknown part 'speed' (allowed: ours, overhead, sweep, concurrency, optimisations, profile)"),
     (["--budget-s", "-5"], "--budget-s must be a number of seconds >= 0, got -5.0"),
     (["--scale", "0"], "--scale must be a number > 0, got 0.0"),
     (["--concurrency", "1,two"], "--concurrency must be comma-separated integers >= 1, got '1,two'"),
@@ -276,7 +276,7 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
     assert "datasets==5.2.0" in (out / "pip-freeze.txt").read_text().split()
     figures = json.loads((out / "figures.json").read_text())
     assert {p: s["status"] for p, s in figures["parts"].items()} == {
-        p: "done" for p in ("ours", "overhead", "sweep", "concurrency", "optimisations")}
+        p: "done" for p in ("ours", "overhead", "sweep", "concurrency", "optimisations", "profile")}
     meta = figures["meta"]
     assert (meta["cuda"], meta["python"][:4], meta["versions"]["torch"], meta["versions"]["transformers"],
             meta["versions"]["datasets"]) == (False, "3.12", "2.11.0", "5.17.0", "5.2.0")
@@ -291,5 +291,9 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
     assert missing == {"RTE-sized, 3 epochs: aggregate speed-up of K = 4 over K = 1"}  # K = 4: CUDA only
     assert all(t["met"] is None for t in figures["targets"])  # CPU figures meet or miss nothing
     report = (out / "report.md").read_text()
-    assert report.count("\n## ") == 6 and "| fixed length 128 | Trainer |" in report
+    assert set(figures["profile"]) == {"eager", "eager-no-clip", "eager-batch-128", "loop-fixed", "loop-sst2-exact",
+                                       "loop-sst2-multiple-8", "loop-rte-exact-no-cudnn-attention", "compile",
+                                       "compile-reduce-overhead"}
+    assert figures["profile"]["loop-sst2-exact"]["seq_s"] > 0 and figures["profile"]["compile"] is None  # CUDA only
+    assert report.count("\n## ") == 7 and "| fixed length 128 | Trainer |" in report
     print(f"bench/device.sh on CPU: {seconds:.0f} s")

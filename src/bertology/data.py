@@ -6,7 +6,7 @@
 - `tokenize_split` tokenizes once, without padding, into an Arrow table that is cached per tokenizer.
 - `length_grouped_batches` / `eval_batches` group examples of similar length, and `Encoded.batch` pads
   each batch only to its own longest example: far fewer pad tokens than padding everything to max_length.
-  For a compiled model on a GPU the width is rounded up to a multiple of 8 (`padded_width`): a few shapes.
+  On a GPU the width is rounded up to a multiple of 8 (`padded_width`, `train.device.pad_multiple`).
 """
 
 from __future__ import annotations

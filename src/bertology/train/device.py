@@ -16,12 +16,13 @@ def autocast(device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
-def pad_multiple(device: torch.device, compiled: bool) -> int:
-    """What a training batch's padded width is rounded up to: 8 for a compiled model on CUDA, so a run sees
-    at most max_length / 8 shapes (and bf16 tensor-core tiles and SDPA's mask alignment get multiples of
-    8); 1 otherwise, since every pad token costs compute (+19 points of padding on SST-2's lengths at
-    multiples of 8, measured by bench/gpu.py from the GLUE histograms) and eager kernels take any shape."""
-    return 8 if device.type == "cuda" and compiled else 1
+def pad_multiple(device: torch.device) -> int:
+    """What a batch's padded width is rounded up to: 8 on CUDA, 1 elsewhere. On an H200 (bench/gpu.py,
+    2026-11-26) eager training on SST-2's lengths ran at 252 seq/s with each batch as wide as its longest
+    row and at 723 with widths rounded up to multiples of 8 (RTE's lengths: 379 and 856), although rounding
+    adds pad tokens (SST-2: 23% instead of 5%): odd widths cost more than the pad tokens do. A compiled model
+    also sees at most max_length / 8 shapes so. On CPU every pad token costs compute, so widths stay exact."""
+    return 8 if device.type == "cuda" else 1
 
 
 def to_device(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:

@@ -40,7 +40,7 @@ from bertology.data import Encoded, eval_batches
 from bertology.errors import BadInput
 from bertology.tasks import Task
 from bertology.tasks.corpora import IGNORE, mask_tokens
-from bertology.train.device import autocast, pick_device, to_device
+from bertology.train.device import autocast, pad_multiple, pick_device, to_device
 
 # One schema for every kind, so a study's predictions are one table: `text` is the answer of span tasks.
 PREDICTION_COLUMNS = ("idx", "label", "prediction", "score", "text")
@@ -73,14 +73,16 @@ class Head:
     model_class = AutoModelForSequenceClassification
     head_names: tuple[str, ...] = ()  # the modules a new head re-initialises
 
-    def __init__(self, task: Task, tokenizer=None, pad_multiple: int = 1):
+    def __init__(self, task: Task, tokenizer=None, pad_multiple: int = 0):
         self.task = task
         self.tokenizer = tokenizer
-        self.pad_multiple = pad_multiple  # batch widths round up to a multiple of this (device.pad_multiple)
+        self.pad_multiple = pad_multiple  # batch widths round up to a multiple of this; 0: the model's device's
 
     def batch(self, examples: Encoded, indices, model, pad: dict[str, int] | None = None) -> dict[str, np.ndarray]:
-        """Rows `indices` padded for `model`: its pad id, widths rounded up to `pad_multiple`."""
-        return examples.batch(indices, {"input_ids": pad_id(model), **(pad or {})}, multiple=self.pad_multiple,
+        """Rows `indices` padded for `model`: its pad id, widths rounded up to `pad_multiple` (by default
+        that of the model's device, device.pad_multiple)."""
+        multiple = self.pad_multiple or pad_multiple(next(model.parameters()).device)
+        return examples.batch(indices, {"input_ids": pad_id(model), **(pad or {})}, multiple=multiple,
                               limit=getattr(model.config, "max_position_embeddings", None))
 
     def model_kwargs(self) -> dict:
@@ -270,7 +272,9 @@ def perplexity(model: BertForMaskedLM, table: pa.Table, *, batch_size: int,
     try:
         with torch.inference_mode(), autocast(device):
             for batch_rows in eval_batches(examples.lengths[rows], batch_size):
-                batch = examples.batch(rows[batch_rows], {"input_ids": pad_id(model), "labels": IGNORE})
+                batch = examples.batch(rows[batch_rows], {"input_ids": pad_id(model), "labels": IGNORE},
+                                       multiple=pad_multiple(device),
+                                       limit=getattr(model.config, "max_position_embeddings", None))
                 labels = batch["labels"].reshape(-1)
                 positions = np.flatnonzero(labels != IGNORE)  # known on the host: no device sync
                 inputs = to_device({"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],

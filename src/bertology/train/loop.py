@@ -1,8 +1,8 @@
 """Fine-tuning, for every task kind: the whole loop, readable in one sitting.
 
 AdamW (no weight decay on biases and LayerNorm weights) with a linear schedule and warmup, gradient
-clipping, bf16 autocast on CUDA, length-grouped batches padded per batch (to multiples of 8 when compiled
-on CUDA, so torch.compile sees a few shapes: `Hyper.pad_multiple`); the task's head
+clipping, bf16 autocast on CUDA, length-grouped batches padded per batch (to multiples of 8 on CUDA, where odd widths are slow and
+torch.compile then sees a few shapes: `Hyper.pad_multiple`); the task's head
 (bertology.train.heads) turns rows into model inputs and scores evaluation splits. The training seed
 decides the head's initialisation, dropout, MLM masks and the data order. Every eval split is evaluated
 after every epoch, and also every `eval_every` steps (and before the first step) when that is set, as the
@@ -67,7 +67,7 @@ class Hyper:
     checkpoint_every: int = 1000  # steps between resume states (when a StateSink is given); 0: none
     log_every: int = 50  # steps per point of the training-loss series (mean loss of those steps); 0: none
     compile: bool = False  # torch.compile(dynamic=True): fewer kernel launches on a GPU, slow to start
-    pad_multiple: int = 0  # batch widths round up to a multiple of this; 0: device.pad_multiple (8 compiled on CUDA)
+    pad_multiple: int = 0  # batch widths round up to a multiple of this; 0: device.pad_multiple (8 on CUDA)
     schedule: regimes.Schedule = field(default_factory=regimes.Schedule)  # which parameters train when
     selection: str = "best"  # the result's weights: the best evaluation point ("best") or the last ("last")
 
@@ -138,7 +138,7 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         raise BadInput(f"the {task.name} training set is empty (0 rows)")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     head = head_for(task, tokenizer)
-    head.pad_multiple = hp.pad_multiple or pad_multiple(device, hp.compile)
+    head.pad_multiple = hp.pad_multiple or pad_multiple(device)
     torch.manual_seed(seed)  # the task head's initialisation, then dropout
     model = head.load(model_dir, new_head=new_head, device=device)
     hp.schedule.check(model.config.num_hidden_layers)
