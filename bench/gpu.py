@@ -236,7 +236,7 @@ def part_optimisations(b: Bench) -> None:
     sets = {t: (b.split(t, b.n(6_400, 192)), b.split(t, b.n(500, 64), seed=1)) for t in ("sst2", "rte")}
     variants = [("eager, widths as long as the longest row (the CPU default)", {"pad_multiple": 1}),
                 ("eager, widths to multiples of 8 (the CUDA default)", {"pad_multiple": 8})]
-    compiled = [("torch.compile (dynamic=True), multiples of 8", {"pad_multiple": 8, "compile": True})]
+    compiled = [("compile: true (CUDA graphs), multiples of 8", {"pad_multiple": 8, "compile": True})]
     variants += compiled if b.cuda else [(name, None) for name, _ in compiled]
     for name, hp in variants:
         if hp is None:

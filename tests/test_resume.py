@@ -73,9 +73,10 @@ def state_steps(store: Path) -> dict[str, int]:
     """The finished slots' steps."""
     steps = {}
     for slot in ("a", "b"):
-        marker = store / STATE / slot / "_SUCCESS.json"
-        if marker.exists():
-            steps[slot] = json.loads(marker.read_text())["step"]
+        try:  # the running job may be replacing this slot right now: then it is not finished
+            steps[slot] = json.loads((store / STATE / slot / "_SUCCESS.json").read_text())["step"]
+        except FileNotFoundError:
+            pass
     return steps
 
 

@@ -196,7 +196,7 @@ class Regime:
     eval_every: int = 0  # steps between evaluations besides each epoch's end (the forgetting curve: 50)
     checkpoint_every: int = 1000  # steps between resume states; 0: none
     log_every: int = 50  # steps per point of the training-loss series (curves, kind "train"); 0: none
-    compile: bool = False  # torch.compile the model (dynamic shapes)
+    compile: bool = False  # torch.compile the model (CUDA graphs on a GPU: train.device.compile_model)
     tracker: str = ""  # experiment tracking (bertology.tracking): wandb, mlflow, tensorboard; "": none
     train_layers: str | tuple[int, ...] | None = None  # freeze: from:K, last:K or a list
     train_embeddings: bool = False  # freeze: also train the embeddings

@@ -25,6 +25,19 @@ def pad_multiple(device: torch.device) -> int:
     return 8 if device.type == "cuda" else 1
 
 
+def compile_model(model: torch.nn.Module, device: torch.device) -> None:
+    """torch.compile `model` in place (its state_dict keys stay the plain model's). On CUDA with CUDA graphs
+    (mode "reduce-overhead"): the eager step is bound by kernel launches, and on an H200 the bare BERT-base
+    step ran at 2,907 seq/s so against 1,051 eager, while the default mode gained 15% (docs/measurements.md;
+    the loop itself has not yet run compiled on a GPU). Widths are multiples of 8 there, so a run records
+    at most max_length / 8 graphs per batch size and mode. Elsewhere the default mode, dynamic shapes.
+    A CUDA graph's outputs are overwritten by its next replay: callers copy what they keep."""
+    if device.type == "cuda":
+        model.compile(mode="reduce-overhead")
+    else:
+        model.compile(dynamic=True)
+
+
 def to_device(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
     """NumPy batch arrays as tensors on `device` (int64 ids, float32 regression targets)."""
     tensors = {k: torch.from_numpy(v.astype(np.float32 if v.dtype.kind == "f" else np.int64, copy=False))

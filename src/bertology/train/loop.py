@@ -46,7 +46,7 @@ from bertology.data import Encoded, length_grouped_batches
 from bertology.errors import BadInput
 from bertology.tasks import Task
 from bertology.train import regimes
-from bertology.train.device import autocast, pad_multiple, pick_device, to_device
+from bertology.train.device import autocast, compile_model, pad_multiple, pick_device, to_device
 from bertology.train.heads import head_for
 from bertology.train.state import StateSink, rng_state, set_rng_state, snapshot
 
@@ -66,7 +66,7 @@ class Hyper:
     eval_every: int = 0  # steps between evaluations besides each epoch's end (and one before training); 0: none
     checkpoint_every: int = 1000  # steps between resume states (when a StateSink is given); 0: none
     log_every: int = 50  # steps per point of the training-loss series (mean loss of those steps); 0: none
-    compile: bool = False  # torch.compile(dynamic=True): fewer kernel launches on a GPU, slow to start
+    compile: bool = False  # torch.compile (CUDA graphs on a GPU: device.compile_model): fewer launches, slow to start
     pad_multiple: int = 0  # batch widths round up to a multiple of this; 0: device.pad_multiple (8 on CUDA)
     schedule: regimes.Schedule = field(default_factory=regimes.Schedule)  # which parameters train when
     selection: str = "best"  # the result's weights: the best evaluation point ("best") or the last ("last")
@@ -180,7 +180,7 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         set_rng_state(saved["rng"])
         log(f"resuming at step {step}/{total_steps} (epoch {start_epoch}, batch {start_batch})")
     if hp.compile:
-        model.compile(dynamic=True)  # in place: state_dict keys stay those of the plain model
+        compile_model(model, device)
 
     untrained = hp.schedule.name == "none"  # the model as built is the result: one evaluation, no steps
 
@@ -228,6 +228,8 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         batches = length_grouped_batches(examples.lengths, hp.batch_size, seed=(seed, epoch))
         for i, batch_rows in enumerate(batches[first:], start=first):
             batch = to_device(head.train_inputs(examples, batch_rows, model, key=(seed, epoch, i)), device)
+            if hp.compile:  # a new training step: CUDA graphs may reuse the last step's output memory
+                torch.compiler.cudagraph_mark_step_begin()
             with autocast(device):
                 loss = model(**batch).loss
             loss.backward()
