@@ -19,9 +19,10 @@ autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
   of 128 (every row 128 tokens, so every batch is 32 x 128 in both), and on token lengths drawn from the
   GLUE length histograms in bench/glue_lengths.json (see bench/glue_lengths.py; MNLI and QQP are assumed
   to look like QNLI). On CUDA each length set first runs one step at every batch width and size the
-  loops can meet (`warm_widths`), so neither pays the first-step cost of a new width for the other. MFU = 6 x non-embedding parameters x real (unpadded) tokens / time / peak bf16
-  dense FLOP/s of the device (a table by device name: H100 SXM 989 TFLOP/s, H100 PCIe 756, H200 989, A100
-  312); attention's own FLOPs (small at length <= 128) and pad tokens are not counted.
+  loops can meet (`warm_widths`), so neither pays the first-step cost of a new width for the other.
+  MFU = 6 x non-embedding parameters x real (unpadded) tokens / time / peak bf16 dense FLOP/s of the
+  device (a table by device name: H100 SXM 989 TFLOP/s, H100 PCIe 756, H200 989, A100 312); attention's
+  own FLOPs (small at length <= 128) and pad tokens are not counted.
 - optimisations: compile on and off, the padding waste (share of pad tokens) with and without length
   grouping and with widths bucketed to multiples of 8, training seq/s with and without the buckets, and
   evaluation seq/s at eval batch 128 and 512.
@@ -202,10 +203,10 @@ def warm_widths(b: Bench, task: str, train: pa.Table, val: pa.Table) -> float:
     for table, sizes, training in ((train, {b.hp.batch_size, len(train) % b.hp.batch_size}, True),
                                    (val, {b.hp.eval_batch_size, len(val) % b.hp.eval_batch_size}, False)):
         longest = int(np.max(table.column("length").to_numpy()))
+        model.train(training)
         for width in range(step, -(-longest // step) * step + 1, step):
             for size in sorted(sizes - {0}):
                 ids = torch.full((size, width), 1000, dtype=torch.long, device=b.device)
-                model.train(training)
                 with torch.inference_mode(not training), autocast(b.device):
                     out = model(input_ids=ids, attention_mask=torch.ones_like(ids))
                 if training:
@@ -316,7 +317,8 @@ def part_profile(b: Bench) -> None:
         cells = [f"{f['seq_s']:,.0f}", f"{f['ms_per_step']:.1f}", f"{f['process_cpu_ms_per_step']:.1f}"]
         cells += ([f"{f['device_busy_ms_per_step']:.1f}", f"{f['device_busy_share']:.0%}", f"{f['kernels_per_step']:,.0f}",
                    f"{f['launch_calls_per_step']:,.0f}"] if b.cuda else [NA] * 4)
-        b.rec.lines(f"| {variant} | " + " | ".join(cells) + f" | {f['distinct_widths']} ({f['new_widths']}) | {f['first_pass_extra_s']:.1f} |")
+        cells += [f"{f['distinct_widths']} ({f['new_widths']})", f"{f['first_pass_extra_s']:.1f}"]
+        b.rec.lines(f"| {variant} | " + " | ".join(cells) + " |")
     b.rec.lines("", ("Host CPU is the process's CPU time per step (all threads); a step is bound by the host when "
                      "the device is busy for a small share of it. The first pass runs every distinct batch once before "
                      "the timed pass; its extra time is the one-time cost of widths new to the process (and of compiling). "

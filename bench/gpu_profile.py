@@ -29,7 +29,7 @@ from transformers import BertConfig, BertForSequenceClassification
 # cuDNN backend allowed); inputs "device": one batch made on the device once; "loop": NumPy batches through
 # to_device every step, all 128 wide ("loop-fixed") or drawn from SST-2's length histogram in
 # length-grouped batches (SST-2's or RTE's). The first H200 run (2026-11-26) suggested that a batch width's
-# first step costs about 0.4 s: the warm-up pass (every distinct batch once) against the timed pass measures
+# first step costs about 0.47 s: the warm-up pass (every distinct batch once) against the timed pass measures
 # that cost per width not seen before in this process (`new_widths`; hence multiples of 8 first, then the
 # exact widths, then RTE's longer ones without cuDNN attention: whether SDPA's cuDNN plans are that cost).
 SEEN_WIDTHS: set[int] = set()  # batch widths this process has trained on: their kernels are chosen already
@@ -65,15 +65,15 @@ def build(device: torch.device, tiny: bool) -> torch.nn.Module:
     return BertForSequenceClassification(config).to(device)
 
 
-def batches(inputs: str, batch_size: int, length: int, multiple: int, steps: int):
-    """What each step feeds the model: a function of the step's number returning the model's inputs, and the
-    widths of the batches it cycles through."""
-    gen = torch.Generator().manual_seed(0)
+def batches(inputs: str, batch_size: int, length: int, multiple: int, steps: int, device: torch.device):
+    """What each step feeds the model (a function of the step's number returning the model's inputs on
+    `device`), and the (rows, width) of each batch it cycles through."""
     if inputs == "device":
+        gen = torch.Generator().manual_seed(0)
         ids = torch.randint(1000, 30000, (batch_size, length), generator=gen)
-        fixed = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                 "labels": torch.randint(0, 2, (batch_size,), generator=gen)}
-        return (lambda i, device, _fixed={}: _fixed.setdefault("b", {k: v.to(device) for k, v in fixed.items()})), [length]
+        fixed = {k: v.to(device) for k, v in {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                                               "labels": torch.randint(0, 2, (batch_size,), generator=gen)}.items()}
+        return (lambda i: fixed), [(batch_size, length)]
     import numpy as np
 
     from bertology.data import length_grouped_batches, padded_width
@@ -92,7 +92,7 @@ def batches(inputs: str, batch_size: int, length: int, multiple: int, steps: int
         mask = (np.arange(width)[None, :] < lengths[rows][:, None]).astype(np.int64)
         made.append({"input_ids": rng.integers(1000, 30000, (len(rows), width)) * mask, "attention_mask": mask,
                      "labels": rng.integers(0, 2, len(rows))})
-    return (lambda i, device: to_device(made[i % len(made)], device)), [b["input_ids"].shape[1] for b in made]
+    return (lambda i: to_device(made[i % len(made)], device)), [b["input_ids"].shape for b in made]
 
 
 def measure(variant: str, device: torch.device, steps: int, tiny: bool, length: int) -> dict:
@@ -105,14 +105,15 @@ def measure(variant: str, device: torch.device, steps: int, tiny: bool, length: 
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=device.type == "cuda")
     forward = model if mode is None else torch.compile(model, mode=None if mode == "default" else mode)
-    feed, widths = batches(inputs, batch_size, length, multiple, steps)
-    distinct = len(widths) if inputs != "device" else 1
-    new_widths = len(set(widths) - SEEN_WIDTHS)
+    feed, shapes = batches(inputs, batch_size, length, multiple, steps, device)
+    widths = {width for _, width in shapes}
+    new_widths = len(widths - SEEN_WIDTHS)
     SEEN_WIDTHS.update(widths)
+    first = max(3, len(shapes))  # the warm-up: every distinct batch once, at least 3 steps
     counter = iter(range(10**9))
 
     def step():
-        batch = feed(next(counter), device)
+        batch = feed(next(counter))
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             loss = forward(**batch).loss
         loss.backward()
@@ -126,7 +127,7 @@ def measure(variant: str, device: torch.device, steps: int, tiny: bool, length: 
     # Warm-up: every distinct batch once (a new width's first step chooses its kernels; compile compiles),
     # so the timed pass measures the steady state; the first pass's time is reported apart.
     start = time.perf_counter()
-    for _ in range(max(3, distinct)):
+    for _ in range(first):
         step()
     sync()
     warmup_s = time.perf_counter() - start
@@ -136,10 +137,9 @@ def measure(variant: str, device: torch.device, steps: int, tiny: bool, length: 
     sync()
     wall = time.perf_counter() - start
     host_cpu = time.process_time() - cpu0
-    first = max(3, distinct)
-    seqs = sum(len(feed(i, device)["labels"]) for i in range(first, first + steps))
+    seqs = sum(shapes[i % len(shapes)][0] for i in range(first, first + steps))
     out = {"batch_size": batch_size, "inputs": inputs, "multiple": multiple, "compile": mode,
-           "length": length, "distinct_widths": len(set(widths)), "new_widths": new_widths, "cudnn_attention": cudnn_attention,
+           "length": length, "distinct_widths": len(widths), "new_widths": new_widths, "cudnn_attention": cudnn_attention,
            "steps": steps, "warmup_steps": first, "warmup_s": warmup_s,
            "ms_per_step": 1000 * wall / steps, "seq_s": seqs / wall,
            "process_cpu_ms_per_step": 1000 * host_cpu / steps}

@@ -1,8 +1,8 @@
 """Fine-tuning, for every task kind: the whole loop, readable in one sitting.
 
 AdamW (no weight decay on biases and LayerNorm weights) with a linear schedule and warmup, gradient
-clipping, bf16 autocast on CUDA, length-grouped batches padded per batch (to multiples of 8 on CUDA, where odd widths are slow and
-torch.compile then sees a few shapes: `Hyper.pad_multiple`); the task's head
+clipping, bf16 autocast on CUDA, length-grouped batches padded per batch (to multiples of 8 on CUDA, so
+a run meets few widths, each of which costs once: `Hyper.pad_multiple`); the task's head
 (bertology.train.heads) turns rows into model inputs and scores evaluation splits. The training seed
 decides the head's initialisation, dropout, MLM masks and the data order. Every eval split is evaluated
 after every epoch, and also every `eval_every` steps (and before the first step) when that is set, as the
