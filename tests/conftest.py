@@ -36,6 +36,28 @@ def two_pods_at_once():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def shared_fork_server(two_pods_at_once):
+    """One warm fork server per test process, which every `bertology run` a test starts (in this process
+    or a child, which inherits $BERTOLOGY_FORK_SERVER) forks its steps from: each run would otherwise start
+    its own and pay the imports of torch, transformers and the steps again (4.8 s of CPU, 55 runs). It
+    imports in the background while the first tests run. Tests of a run's own server (its processes, its
+    death) take the variable out of their environment: tests/test_cli_signals.py, tests/test_zygote.py."""
+    import time
+
+    from bertology.argo import zygote
+
+    server = zygote.Zygote(REPO)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(server.path):  # it listens before it imports: connections wait in its backlog
+        assert time.monotonic() < deadline and server._server.poll() is None, "the fork server did not start"
+        time.sleep(0.02)
+    os.environ[zygote.SHARED_ENV] = server.path
+    yield server.path
+    os.environ.pop(zygote.SHARED_ENV, None)
+    server.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def tiny_pretrained(tmp_path_factory):
     """The tiny preset's pre-trained BERT, built once: every study a test runs (in this process or in a
     `bertology run` child, which inherits the environment) copies it into its store instead of

@@ -48,7 +48,7 @@ class Proxy:
             self.injected[kind] = self.injected.get(kind, 0) + 1
 
 
-def _read_request(rfile) -> tuple[bytes, str] | None:
+def _read_request(rfile, wfile) -> tuple[bytes, str] | None:
     head = b""
     while not head.endswith(b"\r\n\r\n"):
         line = rfile.readline()
@@ -59,6 +59,12 @@ def _read_request(rfile) -> tuple[bytes, str] | None:
     method = lines[0].split(b" ", 1)[0].decode()
     headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(b":") for ln in lines[1:] if ln)}
     body = b""
+    # botocore asks before it sends a PUT's body, and waits a second for an answer it never gets from a
+    # server that does not give one: answer as S3 does (and forward the request without the question)
+    expect = headers.get(b"expect", b"").lower() == b"100-continue"
+    if expect:
+        wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        wfile.flush()
     if b"content-length" in headers:
         body = rfile.read(int(headers[b"content-length"]))
     elif headers.get(b"transfer-encoding", b"").lower() == b"chunked":
@@ -71,7 +77,7 @@ def _read_request(rfile) -> tuple[bytes, str] | None:
                 body += rfile.readline() if chunk != b"\r\n" else b""
                 break
     # one request per connection: the upstream closes after answering, and so do we
-    kept = [ln for ln in lines[1:] if ln and not ln.lower().startswith(b"connection:")]
+    kept = [ln for ln in lines[1:] if ln and not ln.lower().startswith((b"connection:", b"expect:"))]
     raw = b"\r\n".join([lines[0], *kept, b"Connection: close", b"", b""]) + body
     return raw, method
 
@@ -79,7 +85,7 @@ def _read_request(rfile) -> tuple[bytes, str] | None:
 class _Handler(socketserver.StreamRequestHandler):
     def handle(self):
         proxy: Proxy = self.server.proxy
-        request = _read_request(self.rfile)
+        request = _read_request(self.rfile, self.wfile)
         if request is None:
             return
         raw, method = request

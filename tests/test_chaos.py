@@ -7,8 +7,13 @@ evaluate, analyze and aggregate, and "between a step's files and its marker" (`p
 kills (SIGKILL as an OOM kill, SIGTERM as an eviction) with the runner alive are retried by the YAML's
 retryStrategy within the same run. Afterwards: every results row and study table equals the baseline's
 (less the wall-clock columns in VOLATILE), every model and dataset file has the baseline's sha256, the
-store holds exactly the baseline's keys (no staged or temporary object), and $TMPDIR holds no stage or
-fork-server directory of a killed run.
+store holds exactly the baseline's keys (no staged or temporary object), and $TMPDIR holds no stage
+directory of a killed run.
+
+The runs fork their steps from the test process's shared server (conftest.shared_fork_server), which
+outlives every killed runner: each step dies through its waiter, which watches the runner's connection.
+tests/test_zygote.py kills a runner that started a server of its own, and tests/test_cli_signals.py
+signals one.
 """
 
 from __future__ import annotations

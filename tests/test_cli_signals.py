@@ -88,6 +88,7 @@ def project(tmp_path):
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_stops_every_process_of_the_run(project, subprocess_env, sig, code):
+    subprocess_env.pop("BERTOLOGY_FORK_SERVER")  # the run's own server, which must die with it too
     pids = project / "pids"
     cli = subprocess.Popen(
         [sys.executable, "-m", "bertology.cli", "run", str(project / "sleepers.yaml"), "--parallelism", "2",

@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
+from conftest import REPO, process_alive
 
-from bertology.argo.zygote import Zygote
+from bertology.argo import zygote as fork_server
+from bertology.argo.zygote import SHARED_ENV, SharedZygote, Zygote
+from bertology.errors import BadInput
+
+# The steps these tests fork: module name -> source.
+JOBS = {
+    "echo": "import os, sys\n"
+            "print('argv', sys.argv[1:], 'cwd', os.getcwd(), 'env', os.environ.get('STEP_VAR'), 'pid', os.getpid())\n"
+            "print('to stderr', file=sys.stderr)\n"
+            "sys.exit(int(sys.argv[1]))\n",
+    "sleepy": "import time\nprint('sleeping', flush=True)\ntime.sleep(60)\n",
+    "crash": "raise RuntimeError('boom')\n",
+    "held": "import sys\nprint(sorted(m for m in sys.argv[1].split(',') if m in sys.modules))\n",
+    "threads": "import torch\nprint('threads', torch.get_num_threads())\n",
+    # a step with a child of its own, which it leaves in its process group (as a DataLoader worker would)
+    "parent": "import os, subprocess, time\n"
+              "child = subprocess.Popen(['sleep', '300'])\n"
+              "print(os.getpid(), child.pid, flush=True)\n"
+              "time.sleep(300)\n",
+}
 
 
 @pytest.fixture(scope="module")
@@ -15,15 +39,8 @@ def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("project")
     (root / "jobs").mkdir()
     (root / "jobs" / "__init__.py").write_text("")
-    (root / "jobs" / "echo.py").write_text(
-        "import os, sys\n"
-        "print('argv', sys.argv[1:], 'cwd', os.getcwd(), 'env', os.environ.get('STEP_VAR'), 'pid', os.getpid())\n"
-        "print('to stderr', file=sys.stderr)\n"
-        "sys.exit(int(sys.argv[1]))\n")
-    (root / "jobs" / "sleepy.py").write_text("import time\nprint('sleeping', flush=True)\ntime.sleep(60)\n")
-    (root / "jobs" / "crash.py").write_text("raise RuntimeError('boom')\n")
-    (root / "jobs" / "held.py").write_text(
-        "import sys\nprint(sorted(m for m in sys.argv[1].split(',') if m in sys.modules))\n")
+    for name, source in JOBS.items():
+        (root / "jobs" / f"{name}.py").write_text(source)
     zygote = Zygote(root)
     yield root, zygote
     zygote.close()
@@ -93,3 +110,96 @@ def test_a_deep_tmpdir_does_not_stop_the_fork_server(project, tmp_path, monkeypa
         assert process.wait() == 0 and "argv ['0']" in process.stdout.read()
     finally:
         zygote.close()
+
+
+def test_a_step_takes_its_thread_count_from_its_own_environment(project):
+    """torch reads OMP_NUM_THREADS when it is imported, which for a forked step was in the server: the step
+    sets the count its environment asks for (the runner gives K steps sharing a GPU a share of the CPUs)."""
+    root, zygote = project
+    counts = []
+    for threads in ("1", "3"):
+        process = zygote.spawn("jobs.threads", [], dict(os.environ, OMP_NUM_THREADS=threads), root)
+        counts.append(process.stdout.read().strip())
+        assert process.wait() == 0
+    assert counts == ["threads 1", "threads 3"]
+
+
+# A runner stand-in: it forks one step from the server for_run picks, prints the step's pids, then waits to
+# be killed.
+CLIENT = """\
+import os, sys, time
+from pathlib import Path
+from bertology.argo import zygote
+root = Path(sys.argv[1])
+step = zygote.for_run(root).spawn("jobs.parent", [], dict(os.environ), root)
+print(step.stdout.readline().strip(), flush=True)
+time.sleep(300)
+"""
+
+
+def _kill_the_runner_of_a_running_step(root: Path, env: dict[str, str]) -> tuple[int, int]:
+    runner = subprocess.Popen([sys.executable, "-c", CLIENT, str(root)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        step, child = map(int, runner.stdout.readline().split())
+        assert process_alive(step) and process_alive(child)
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL)  # the runner's group: the step leads a group of its own
+        runner.wait()
+    deadline = time.monotonic() + 5  # the kernel acts at once; a loaded machine schedules late
+    while (process_alive(step) or process_alive(child)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return step, child
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["its own server", "a shared server"])
+def test_a_step_and_its_children_die_with_a_killed_runner(project, shared):
+    """SIGKILL of the runner (no cleanup runs) closes its end of the step's connection: the step's waiter
+    SIGKILLs the step's whole process group, child included, whether the server died with the runner (its
+    own) or lives on (shared, which then still serves the next step)."""
+    root, own = project
+    env = {k: v for k, v in os.environ.items() if k != SHARED_ENV}
+    if shared:
+        env[SHARED_ENV] = own.path  # this module's server stands for a shared one: no runner owns it
+    step, child = _kill_the_runner_of_a_running_step(root, env)
+    assert not process_alive(step), "the step outlived its runner"
+    assert not process_alive(child), "the step's child outlived its runner"
+    if shared:
+        process = SharedZygote(own.path).spawn("jobs.echo", ["0"], {"PATH": os.environ["PATH"]}, root)
+        assert process.wait() == 0 and "argv ['0']" in process.stdout.read()
+
+
+def test_a_shared_server_that_is_not_there_is_bad_input(project, tmp_path, monkeypatch):
+    root, _ = project
+    monkeypatch.setenv(SHARED_ENV, str(tmp_path / "sock"))
+    with pytest.raises(BadInput, match=f"^{SHARED_ENV}={tmp_path}/sock: no fork server's socket is there"):
+        fork_server.for_run(root)
+    monkeypatch.delenv(SHARED_ENV)
+    own = fork_server.for_run(root)  # unset: a server of the run's own, which close() stops
+    try:
+        assert type(own) is Zygote
+        process = own.spawn("jobs.echo", ["0"], {"PATH": os.environ["PATH"]}, root)
+        assert process.wait() == 0 and "argv ['0']" in process.stdout.read()
+    finally:
+        own.close()
+    assert not os.path.exists(os.path.dirname(own.path))
+
+
+def test_a_client_may_connect_while_the_server_still_imports(project, tmp_path):
+    """The server listens before it imports (seconds): a shared server's first client waits in the backlog
+    instead of finding no socket."""
+    root, _ = project
+    path = str(tmp_path / "sock")
+    server = subprocess.Popen([sys.executable, "-m", "bertology.argo.zygote", path], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        process = SharedZygote(path).spawn("jobs.echo", ["0"], {"PATH": os.environ["PATH"]}, root)
+        assert process.wait() == 0 and "argv ['0']" in process.stdout.read()
+        assert server.stdout.readline().strip() == "ready"  # printed once imported, before it served
+    finally:
+        server.kill()
+        server.wait()

@@ -4,8 +4,8 @@ A kill at a chosen moment, not after a chosen delay, so a test that kills a stud
 at the same ten places on every machine. Steps call `point(name)` at named moments; when the variable
 names this step and point, the process kills as HOW says:
 
-  tree     (default) SIGKILL the runner's process group (the `bertology run` process, the fork server,
-           its waiters) and this step's own group: the whole process tree dies at once, as on a power cut
+  tree     (default) SIGKILL the runner's process group (the `bertology run` process and a fork server
+           of its own) and this step's own group: the whole process tree dies at once, as on a power cut
   runner   SIGKILL the runner's group only, then go on after 3 s deaf to SIGTERM (as a step busy in native
            code is): a step that outlived its runner would publish; it must die with it (PR_SET_PDEATHSIG)
   kill     SIGKILL this step's group only (an OOM kill): the runner lives and retries it (exit 137)
@@ -16,8 +16,10 @@ in Store.artifact `staged` (files staged locally, nothing published), `published
 marker not yet written) and `marked` (marker written). With `BERTOLOGY_CHAOS_ONCE=DIR` each entry fires
 once: it creates DIR/STEP:POINT:HOW (holding the step's pid) first, so a retry or a rerun runs through.
 
-The runner's group is this step's parent's: the runner itself, or the fork server's waiter, which shares
-the runner's group. Unset (always, outside tests), `point` is one dictionary lookup.
+The runner's group is that of `runner`, the pid of the runner that asked a fork server for this step (the
+server sets it: its waiters have groups of their own, and a shared server is no child of the runner), or
+else of this step's parent, the runner itself. Unset (always, outside tests), `point` is one dictionary
+lookup.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ ONCE = "BERTOLOGY_CHAOS_ONCE"
 HOWS = ("tree", "kill", "runner", "term")
 
 step = ""  # set by the step harness: the step this process runs (plan, finetune, …)
+runner = 0  # set by the fork server in a forked step: the pid of the runner that asked for it
 
 
 def point(name: str) -> None:
@@ -64,7 +67,10 @@ def _fire(how: str, name: str) -> None:
         os.kill(os.getpid(), signal.SIGTERM)  # the step's handler raises Transient at the next bytecode
         return
     if how in ("tree", "runner"):
-        _killpg(os.getpgid(os.getppid()))
+        try:
+            _killpg(os.getpgid(runner or os.getppid()))
+        except ProcessLookupError:  # the runner is already gone
+            pass
     if how == "runner":
         previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(3.0)

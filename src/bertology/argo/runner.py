@@ -206,11 +206,11 @@ def run_workflow(
     sems = ", ".join(f"{k}={v}" for k, v in sorted(prepared.semaphores.items()))
     run.emit(prepared.name, f"running {path} locally (at most {prepared.parallelism} containers at once"
                             + (f"; semaphores {sems}" if sems else "") + f"; node directories under {workdir})")
-    run.reaper = Reaper()
     if fork_server:
-        from bertology.argo.zygote import Zygote
+        from bertology.argo import zygote
 
-        run.zygote = Zygote(Path(project_root))
+        run.zygote = zygote.for_run(Path(project_root))  # BadInput for a shared server that is not there
+    run.reaper = Reaper()
     try:
         entry = prepared.templates.template(prepared.spec["entrypoint"])
         root = run.template(entry, prepared.templates, "", prepared.values, ())

@@ -11,10 +11,18 @@ its output pipe (SCM_RIGHTS). The zygote forks a waiter, which forks the step, r
 (SIGCHLD is ignored, so waiters are reaped by the kernel), which keeps fork safe.
 
 Stopping: the runner stops steps by their process group and then kills the server. Nothing is left
-behind even when the runner dies without cleaning up (SIGKILL, a crash): the server, each waiter and
-each step ask the kernel for SIGKILL when their parent dies (PR_SET_PDEATHSIG: a step leads a process
-group of its own, which a kill of the runner's group does not reach), and the server ignores
-SIGINT (a Ctrl-C in the terminal reaches its process group; the runner decides what stops).
+behind even when the runner dies without cleaning up (SIGKILL, a crash): the kernel closes the runner's
+end of each step's connection, and the step's waiter, which watches it, SIGKILLs the step's process
+group (a step leads a group of its own, which a kill of the runner's group does not reach). The server
+and each step also ask the kernel for SIGKILL when their parent dies (PR_SET_PDEATHSIG), and the server
+ignores SIGINT (a Ctrl-C in the terminal reaches its process group; the runner decides what stops).
+
+Shared server: with BERTOLOGY_FORK_SERVER set to the socket of a running server
+(`python -m bertology.argo.zygote PATH`), a run forks its steps there instead of starting its own,
+and leaves it running. Since a step's death no longer depends on the server's, a runner that dies still
+takes its steps with it. The test suite shares one per worker (each `bertology run` would otherwise pay
+the imports again, ~5 s of CPU); it is not meant for studies whose runs need different import-time
+variables.
 
 Caveat: variables that libraries read at import time come from the environment the zygote was started
 with (the runner's); variables read at call time (credentials, endpoints) come from the step's env.
@@ -25,15 +33,18 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from bertology import leftovers
+from bertology import chaos, leftovers
 from bertology.argo.parent_death import die_with_parent
+from bertology.errors import BadInput
 
 # The step modules import torch, transformers and the rest where they are used (so that a container that
 # only publishes never loads them: docs/development.md); the zygote loads them up front, by name, since
@@ -54,10 +65,11 @@ def _send_json(conn: socket.socket, obj: dict) -> None:
 
 # -- server side ----------------------------------------------------------------------------------
 
-def _run_step(request: dict, out_fd: int) -> None:
+def _run_step(request: dict, out_fd: int, runner: int) -> None:
     """In the forked step process: become the requested `python -m MODULE ARGS` and never return."""
     code = 1
     try:
+        chaos.runner = runner  # a kill of "the runner's group" finds it even in a shared server
         os.setpgid(0, 0)  # own process group: terminate() reaches the step and its children
         die_with_parent(signal.SIGKILL)  # the waiter died with the server or the runner: the pod is gone
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
@@ -69,6 +81,7 @@ def _run_step(request: dict, out_fd: int) -> None:
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
         os.environ.clear()
         os.environ.update(request["env"])
+        _threads_from_env()
         os.chdir(request["cwd"])
         sys.path[0:0] = [request["cwd"]]
         sys.argv = [request["module"], *request["args"]]
@@ -89,23 +102,64 @@ def _run_step(request: dict, out_fd: int) -> None:
             os._exit(code)
 
 
+def _threads_from_env() -> None:
+    """A fresh interpreter's torch takes its thread count from OMP_NUM_THREADS at import; a forked step
+    inherited the server's, so it sets the one its own environment asks for."""
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(threads))
+
+
 def _serve_one(conn: socket.socket) -> None:
     """In the waiter process: fork the step, report its pid, wait for it, report its exit code."""
     msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 1)
     request = json.loads(msg)
+    runner, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
     pid = os.fork()
     if pid == 0:
         conn.close()
-        _run_step(request, fds[0])
+        _run_step(request, fds[0], runner)
+    try:
+        os.setpgid(pid, pid)  # as the step does itself: whichever runs first, killpg below reaches it
+    except OSError:
+        pass  # the step has already made its group (or exited)
     os.close(fds[0])
     _send_json(conn, {"pid": pid})
+    _send_json(conn, {"exit": _wait_unless_orphaned(pid, conn)})
+
+
+def _wait_unless_orphaned(pid: int, conn: socket.socket) -> int:
+    """Wait for the step; if the client's end of `conn` closes first (the runner died: it sends nothing
+    after its request), SIGKILL the step's process group, as a pod's deletion would, then reap it."""
+    if not hasattr(os, "pidfd_open"):  # not Linux: the step still dies with this waiter (PR_SET_PDEATHSIG)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    step = os.pidfd_open(pid)
+    poller = select.poll()
+    poller.register(step, select.POLLIN)
+    poller.register(conn, select.POLLIN)
+    while True:
+        ready = {fd for fd, _ in poller.poll()}
+        if step in ready:
+            break
+        if conn.fileno() in ready and not conn.recv(1):
+            poller.unregister(conn)
+            for kill in (os.killpg, os.kill):  # the group, and the step should it have left it
+                try:
+                    kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    os.close(step)
     _, status = os.waitpid(pid, 0)
-    _send_json(conn, {"exit": os.waitstatus_to_exitcode(status)})
+    return os.waitstatus_to_exitcode(status)
 
 
 def serve(path: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the runner's to handle
     die_with_parent(signal.SIGKILL)
+    # listening before the imports: a shared server's clients may connect at once, and wait in the backlog
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(64)
     for name in PRELOAD:
         __import__(name)
     import transformers
@@ -113,16 +167,16 @@ def serve(path: str) -> None:
     for attr in PRELOAD_ATTRS:
         getattr(transformers, attr)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # waiters are reaped by the kernel
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
-    server.listen(64)
     print("ready", flush=True)
     while True:
         conn, _ = server.accept()
         if os.fork() == 0:
             server.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the waiter must be able to wait for its step
-            die_with_parent(signal.SIGKILL)
+            # no death signal, and a process group of its own (which a kill of the runner's group, where the
+            # server is, does not reach): a waiter outlives a killed runner and server until the runner's
+            # connection closes, so that it can take its step's whole process group with it
+            os.setpgid(0, 0)
             code = 0
             try:
                 _serve_one(conn)
@@ -163,6 +217,15 @@ class ZygoteProcess:
 
 # A Unix socket's path must fit sockaddr_un.sun_path (108 bytes on Linux, with its NUL).
 SOCKET_PATH_MAX = 100
+
+
+SHARED_ENV = "BERTOLOGY_FORK_SERVER"
+
+
+def for_run(project_root: Path) -> Zygote:
+    """The fork server a run uses: the shared one $BERTOLOGY_FORK_SERVER names, or one of its own."""
+    shared = os.environ.get(SHARED_ENV)
+    return SharedZygote(shared) if shared else Zygote(project_root)
 
 
 class Zygote:
@@ -206,6 +269,22 @@ class Zygote:
         self._server.wait()
         Path(self.path).unlink(missing_ok=True)
         os.rmdir(self._dir)
+
+
+class SharedZygote(Zygote):
+    """A server someone else started and stops: `spawn` connects to it, `close` leaves it running."""
+
+    def __init__(self, path: str):
+        if not os.path.exists(path):
+            raise BadInput(f"{SHARED_ENV}={path}: no fork server's socket is there "
+                           "(start one with python -m bertology.argo.zygote PATH, or unset it)")
+        self.path = path
+        self._ready = threading.Event()
+        self._ready.set()
+        self._failed = False
+
+    def close(self) -> None:
+        pass
 
 
 if __name__ == "__main__":
