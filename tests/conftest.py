@@ -13,6 +13,18 @@ REPO = Path(__file__).resolve().parent.parent
 collect_ignore = [] if os.environ.get("BERTOLOGY_IMAGE_TESTS") else ["images"]
 
 
+# The modules whose tests run whole studies or many processes (the most seconds, from `--durations=0`),
+# longest first. pytest-xdist hands tests out in collection order, so these go first and the short unit
+# tests fill the end: otherwise one worker ran a long study alone while the other had finished.
+LONG_FIRST = ("test_e2e", "test_integrity", "test_docs", "test_resume", "test_chaos", "test_s3_faults",
+              "test_step_imports", "test_zygote", "test_gpu_speed")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: each module's own order kept
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 
 from bertology.results import analysis, conventions
+from bertology.results.labels import variant_labels, weight_layer_names
 from bertology.results.report import build_report, markdown
-from bertology.results.report.labels import variant_labels, weight_layer_names
 from bertology.results.study_results import StudyResults, with_defaults
 
 

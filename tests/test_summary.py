@@ -99,3 +99,16 @@ def test_no_tables_no_lines(tmp_path):
 
 def _run_aggregate(store, name, study_id):
     aggregate(store, name, study_id, echo=False)
+
+
+def test_the_summary_loads_neither_the_reports_plotting_nor_scipy_stats():
+    """Every `bertology run` ends with the summary: importing it took 1.5 s of CPU when it pulled in the report
+    package (matplotlib) and scipy.stats; now 0.7 s. A fresh interpreter, as the CLI is."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, bertology.results.summary; "
+             "print(sorted(m for m in ('matplotlib', 'scipy.stats', 'bertology.results.report', 'jinja2') "
+             "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"

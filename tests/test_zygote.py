@@ -16,6 +16,9 @@ from bertology.argo import zygote as fork_server
 from bertology.argo.zygote import SHARED_ENV, SharedZygote, Zygote
 from bertology.errors import BadInput
 
+# one worker of `make test` runs them all: the module's own server (its imports: ~5 s of CPU) starts once
+pytestmark = pytest.mark.xdist_group("test_zygote")
+
 # The steps these tests fork: module name -> source.
 JOBS = {
     "echo": "import os, sys\n"

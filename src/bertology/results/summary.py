@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from bertology.results.cells import mean_sd_n
+from bertology.results.labels import variant_labels
 from bertology.results.paper_comparison import QUANTITIES, verdict
-from bertology.results.report.cells import mean_sd_n
-from bertology.results.report.labels import variant_labels
 from bertology.results.study_results import with_defaults
 from bertology.store import Store
 

@@ -29,8 +29,9 @@ pooler by name); the weight names and every stored table keep the 0-based indice
 report) and the sections. Its modules, none of which imports this one:
 - main_table, sections, coverage, paper: the section builders (SECTIONS lists them in order);
 - document: Section and Report, what the builders produce and the renderers read;
-- cells, labels: the display text of a cell, and labels as the papers write them;
 - render: Markdown, and HTML from a Jinja2 template (templates/, package data).
+The display text of a cell and labels as the papers write them (bertology.results.cells, .labels) sit
+outside the package, since the console's summary prints them too without loading the report's plotting.
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ from typing import Literal
 import polars as pl
 
 from bertology.results import analysis, conventions
+from bertology.results.labels import own_models
 from bertology.results.report import coverage, main_table, paper, sections
 from bertology.results.report.document import Report, Section, settings
-from bertology.results.report.labels import own_models
 from bertology.results.report.render import html, markdown
 from bertology.results.study_results import StudyResults
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import polars as pl
 
 from bertology.results import analysis
+from bertology.results.labels import size_text
 from bertology.results.report.document import Section
-from bertology.results.report.labels import size_text
 
 
 def missing(results, summary, levels):

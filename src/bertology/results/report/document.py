@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from bertology.results.report.labels import size_text
+from bertology.results.labels import size_text
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,8 @@ import polars as pl
 
 from bertology.results import analysis, plots, selection
 from bertology.results.analysis import ROWS
-from bertology.results.report.cells import cell_text, delta_p, mean_sd_ci_n
-from bertology.results.report.document import Section, figures_drawn
-from bertology.results.report.labels import (
+from bertology.results.cells import cell_text, delta_p, mean_sd_ci_n
+from bertology.results.labels import (
     group_label,
     own_models,
     relabelled,
@@ -23,6 +22,7 @@ from bertology.results.report.labels import (
     sized,
     variant_labels,
 )
+from bertology.results.report.document import Section, figures_drawn
 
 MAX_VARIANT_COLUMNS = 12
 MEAN_CI = ("mean", "sd", "ci_low", "ci_high", "n")  # a main-table cell's columns

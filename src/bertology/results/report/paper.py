@@ -11,9 +11,9 @@ import polars as pl
 
 from bertology.results import analysis, paper_comparison
 from bertology.results.analysis import HEAD_AXES
-from bertology.results.report.cells import cell_text, num
+from bertology.results.cells import cell_text, num
+from bertology.results.labels import relabelled, shown_columns, variant_labels
 from bertology.results.report.document import Section
-from bertology.results.report.labels import relabelled, shown_columns, variant_labels
 
 
 def comparison(results, summary, levels):

@@ -14,9 +14,8 @@ import polars as pl
 
 from bertology.results import analysis, conventions, plots
 from bertology.results.analysis import HEAD_AXES, ROWS
-from bertology.results.report.cells import cell_text, mean_sd_n, signed
-from bertology.results.report.document import Section, figures_drawn
-from bertology.results.report.labels import (
+from bertology.results.cells import cell_text, mean_sd_n, signed
+from bertology.results.labels import (
     group_label,
     group_title,
     one_based,
@@ -27,6 +26,7 @@ from bertology.results.report.labels import (
     variant_labels,
     weight_layer_names,
 )
+from bertology.results.report.document import Section, figures_drawn
 
 FORGETTING_STEPS = 6  # evaluation steps the forgetting table prints (the plot and its Parquet keep all)
 LOSS_STEPS = 6  # training steps the training-loss table prints (the plot and its Parquet keep all)
