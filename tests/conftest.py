@@ -69,6 +69,40 @@ def shared_fork_server(two_pods_at_once):
     server.close()
 
 
+class ForkedStep:
+    """`python -m MODULE ARGS` forked from this test process's shared fork server: a process of its own
+    (its pid, SIGKILL, exit code; stdout and stderr together, as a step's log) that skips the ~5 s of
+    imports a fresh interpreter pays. For tests of a job's own behaviour; tests of what a fresh
+    interpreter imports (tests/test_step_imports.py) start one."""
+
+    def __init__(self, module: str, args: list[str], env: dict[str, str], cwd: Path = REPO):
+        import threading
+
+        from bertology.argo.zygote import SHARED_ENV, SharedZygote
+
+        self._process = SharedZygote(os.environ[SHARED_ENV]).spawn(module, list(args), dict(env), cwd)
+        self.pid = self._process.pid
+        self.returncode: int | None = None
+        self.output = ""
+        self._done = threading.Thread(target=self._drain, daemon=True)  # a full pipe would stall the step
+        self._done.start()
+
+    def _drain(self) -> None:
+        self.output = self._process.stdout.read()
+        self.returncode = self._process.wait()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._done.join(timeout)
+        if self._done.is_alive():
+            os.kill(self.pid, 9)
+            self._done.join()
+            raise TimeoutError(f"the forked step {self.pid} ran over {timeout} s")
+        return self.returncode
+
+
 @pytest.fixture(scope="session", autouse=True)
 def tiny_pretrained(tmp_path_factory):
     """The tiny preset's pre-trained BERT, built once: every study a test runs (in this process or in a

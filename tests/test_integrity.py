@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
+from conftest import ForkedStep
 
 from bertology.results.tables import results_key
 from bertology.steps import analyze, build_checkpoint, evaluate, finetune, prepare_data
@@ -251,14 +251,10 @@ def test_two_processes_running_one_cell_into_one_store_equal_the_baseline(kind, 
         subprocess_env.update(request.getfixturevalue("s3_server"))
         uri = f"s3://{bucket}/p"
     plan_study(open_store(uri), SPEC)
-    env = {**subprocess_env, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
-    script = ("import torch; torch.set_num_threads(1); from test_integrity import run_cell; "
-              f"from bertology.store import open_store; run_cell(open_store({uri!r}))")
-    procs = [subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
+    env = {**subprocess_env, "OMP_NUM_THREADS": "1"}
+    # two processes (forked from the warm fork server: `python -m test_integrity URI`, run_cell below)
+    procs = [ForkedStep("test_integrity", [uri], env, cwd=REPO / "tests") for _ in range(2)]
+    assert [p.wait(timeout=600) for p in procs] == [0, 0], procs[0].output[-2000:] + procs[1].output[-2000:]
     store = open_store(uri)
     assert results(store) == baseline[1]
     store_base._VERIFIED.clear()
@@ -313,3 +309,7 @@ def test_two_bertology_runs_of_one_study_into_one_store_at_once_equal_a_run_alon
     store = open_store(str(shared))
     assert every_marker_verifies(store, shared) >= 10
     assert not [p for p in shared.rglob(".*") if p.name.endswith((".publishing", ".old"))]
+
+
+if __name__ == "__main__":  # one writer of the two-processes test: python -m test_integrity STORE-URI
+    run_cell(open_store(sys.argv[1]))

@@ -2,8 +2,9 @@
 uninterrupted run ends. Also: corrupt or unfinished states are skipped with a log line, a finished run is
 never resumed, and `--spec` takes a bundle (a list of cells) run in one process.
 
-The runs are real `python -m jobs.finetune` processes on the tiny BERT, one thread each, so every run
-executes the same kernels in the same order (CPU results are deterministic for a fixed thread count).
+The runs are real `python -m jobs.finetune` processes on the tiny BERT, forked from the test process's
+warm fork server (conftest.ForkedStep), one thread each, so every run executes the same kernels in the
+same order (CPU results are deterministic for a fixed thread count).
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import ForkedStep
 from safetensors.torch import load_file
 
 from bertology.errors import EXIT_BAD_INPUT
@@ -58,15 +58,14 @@ def fresh_store(base_store, path) -> Path:
     return path
 
 
-def job(store: Path, spec=CELL) -> list[str]:
-    return [sys.executable, "-m", "jobs.finetune", "--store", str(store), "--spec", canonical_json(spec)]
+def job(store: Path, env, spec=CELL) -> ForkedStep:
+    return ForkedStep("jobs.finetune", ["--store", str(store), "--spec", canonical_json(spec)], env)
 
 
 def finish(store: Path, env, spec=CELL) -> str:
-    done = subprocess.run(job(store, spec), cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-                          check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
+    done = job(store, env, spec)
+    assert done.wait(timeout=600) == 0, done.output[-6000:]
+    return done.output
 
 
 def state_steps(store: Path) -> dict[str, int]:
@@ -114,17 +113,16 @@ def reference(base_store, env, tmp_path_factory):
 def killed(base_store, env, tmp_path_factory):
     """A store whose run was SIGKILLed in epoch 2, after a state past epoch 1's evaluation was saved."""
     store = fresh_store(base_store, tmp_path_factory.mktemp("killed") / "store")
-    proc = subprocess.Popen(job(store), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = job(store, env)
     try:
         deadline = time.time() + 300
         while max(state_steps(store).values(), default=0) <= STEPS_PER_EPOCH + 8:
             assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before it could be killed"
             assert time.time() < deadline, "no resume state after 300 s"
             time.sleep(0.005)
-        proc.send_signal(signal.SIGKILL)
     finally:
-        proc.kill()
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
     assert not (store / FINETUNE / "_SUCCESS.json").exists()
