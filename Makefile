@@ -51,10 +51,10 @@ demo: $(STAMP)
 
 ## test: lint, then every test (unit, end-to-end through the local runner, S3 on loopback, every study's
 ## report.html in headless Chromium), in two pytest-xdist workers; tests marked xdist_group share a worker
-## (TEST_WORKERS=0: one process)
+## (TEST_WORKERS=0: one process); it ends with the ten slowest tests, to keep the suite's time in view
 TEST_WORKERS ?= 2
 test: lint $(CHROMIUM)
-	$(PY) -m pytest -q -p no:cacheprovider $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 
 ## lint: ruff; the import map's contracts (lint-imports); strict validation of every Argo YAML; the Helm chart (helm lint, then its rendered output:
 ## built-in kinds by kubernetes-validate, Argo kinds by bertology validate, the studies against the
