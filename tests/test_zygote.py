@@ -206,3 +206,16 @@ def test_a_client_may_connect_while_the_server_still_imports(project, tmp_path):
     finally:
         server.kill()
         server.wait()
+
+
+def test_bertology_run_with_a_shared_server_that_is_not_there_exits_2_and_writes_nothing(tmp_path, monkeypatch,
+                                                                                         capsys):
+    from bertology import cli
+
+    monkeypatch.setenv(SHARED_ENV, str(tmp_path / "sock"))
+    code = cli.main(["run", "workflows/reversed-layers.yaml", "-p", "preset=tiny", "--store", str(tmp_path / "store")])
+    err = capsys.readouterr().err.strip().splitlines()
+    line = (f"error: {SHARED_ENV}={tmp_path}/sock: no fork server's socket is there "
+            "(start one with python -m bertology.argo.zygote PATH, or unset it)")
+    assert code == 2 and err == [line]
+    assert not (tmp_path / "store").exists()
