@@ -58,7 +58,17 @@ def shared_fork_server(two_pods_at_once):
 
     from bertology.argo import zygote
 
-    server = zygote.Zygote(REPO)
+    # the server's environment is what the libraries read when it imports them: huggingface_hub's offline
+    # mode, as subprocess_env gives every run (and as each run's own server had it)
+    offline = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        server = zygote.Zygote(REPO)
+    finally:
+        if offline is None:
+            os.environ.pop("HF_HUB_OFFLINE")
+        else:
+            os.environ["HF_HUB_OFFLINE"] = offline
     deadline = time.monotonic() + 60
     while not os.path.exists(server.path):  # it listens before it imports: connections wait in its backlog
         assert time.monotonic() < deadline and server._server.poll() is None, "the fork server did not start"
