@@ -71,7 +71,7 @@ def _run_step(request: dict, out_fd: int, runner: int) -> None:
     try:
         chaos.runner = runner  # a kill of "the runner's group" finds it even in a shared server
         os.setpgid(0, 0)  # own process group: terminate() reaches the step and its children
-        die_with_parent(signal.SIGKILL)  # the waiter died with the server or the runner: the pod is gone
+        die_with_parent(signal.SIGKILL)  # its waiter was killed (a kill of the whole tree): the pod is gone
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         os.dup2(out_fd, 1)
@@ -131,7 +131,7 @@ def _serve_one(conn: socket.socket) -> None:
 def _wait_unless_orphaned(pid: int, conn: socket.socket) -> int:
     """Wait for the step; if the client's end of `conn` closes first (the runner died: it sends nothing
     after its request), SIGKILL the step's process group, as a pod's deletion would, then reap it."""
-    if not hasattr(os, "pidfd_open"):  # not Linux: the step still dies with this waiter (PR_SET_PDEATHSIG)
+    if not hasattr(os, "pidfd_open"):  # not Linux: nothing to watch with (nor a death signal to ask for)
         return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     step = os.pidfd_open(pid)
     poller = select.poll()
