@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -60,15 +61,9 @@ def shared_fork_server(two_pods_at_once):
 
     # the server's environment is what the libraries read when it imports them: huggingface_hub's offline
     # mode, as subprocess_env gives every run (and as each run's own server had it)
-    offline = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HF_HUB_OFFLINE", "1")
         server = zygote.Zygote(REPO)
-    finally:
-        if offline is None:
-            os.environ.pop("HF_HUB_OFFLINE")
-        else:
-            os.environ["HF_HUB_OFFLINE"] = offline
     deadline = time.monotonic() + 60
     while not os.path.exists(server.path):  # it listens before it imports: connections wait in its backlog
         assert time.monotonic() < deadline and server._server.poll() is None, "the fork server did not start"
@@ -107,7 +102,7 @@ class ForkedStep:
     def wait(self, timeout: float | None = None) -> int:
         self._done.join(timeout)
         if self._done.is_alive():
-            os.kill(self.pid, 9)
+            os.kill(self.pid, signal.SIGKILL)
             self._done.join()
             raise TimeoutError(f"the forked step {self.pid} ran over {timeout} s")
         return self.returncode

@@ -222,21 +222,49 @@ SOCKET_PATH_MAX = 100
 SHARED_ENV = "BERTOLOGY_FORK_SERVER"
 
 
-def for_run(project_root: Path) -> Zygote:
+def for_run(project_root: Path) -> SharedZygote:
     """The fork server a run uses: the shared one $BERTOLOGY_FORK_SERVER names, or one of its own."""
     shared = os.environ.get(SHARED_ENV)
-    return SharedZygote(shared) if shared else Zygote(project_root)
+    if not shared:
+        return Zygote(project_root)
+    if not os.path.exists(shared):
+        raise BadInput(f"{SHARED_ENV}={shared}: no fork server's socket is there "
+                       "(start one with python -m bertology.argo.zygote PATH, or unset it)")
+    return SharedZygote(shared)
 
 
-class Zygote:
-    """Starts the server in the background at once; `spawn` waits for it to be ready."""
+class SharedZygote:
+    """A server listening at `path` that someone else started and stops: `spawn` connects to it, `close`
+    leaves it running."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def spawn(self, module: str, args: list[str], env: dict[str, str], cwd: Path) -> ZygoteProcess:
+        read_fd, write_fd = os.pipe()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(self.path)
+            request = {"module": module, "args": args, "env": env, "cwd": str(cwd)}
+            socket.send_fds(conn, [json.dumps(request).encode()], [write_fd])
+        finally:
+            os.close(write_fd)
+        return ZygoteProcess(conn, os.fdopen(read_fd, "r", errors="replace"))
+
+    def close(self) -> None:
+        pass
+
+
+class Zygote(SharedZygote):
+    """A server of the run's own: started in the background at once; `spawn` waits for it to be ready,
+    `close` stops it."""
 
     def __init__(self, project_root: Path):
         self._dir = str(leftovers.make("zygote"))  # swept by a later run if this one is SIGKILLed
         if len(os.path.join(self._dir, "sock")) >= SOCKET_PATH_MAX:  # a deep $TMPDIR: bind() would fail
             os.rmdir(self._dir)
             self._dir = str(leftovers.make("zygote", root="/tmp"))
-        self.path = os.path.join(self._dir, "sock")
+        super().__init__(os.path.join(self._dir, "sock"))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(project_root), *filter(None, [os.environ.get("PYTHONPATH")])]))
         self._server = subprocess.Popen([sys.executable, "-m", "bertology.argo.zygote", self.path],
@@ -254,37 +282,13 @@ class Zygote:
         self._ready.wait()
         if self._failed:
             raise OSError("the zygote failed to start")
-        read_fd, write_fd = os.pipe()
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            conn.connect(self.path)
-            request = {"module": module, "args": args, "env": env, "cwd": str(cwd)}
-            socket.send_fds(conn, [json.dumps(request).encode()], [write_fd])
-        finally:
-            os.close(write_fd)
-        return ZygoteProcess(conn, os.fdopen(read_fd, "r", errors="replace"))
+        return super().spawn(module, args, env, cwd)
 
     def close(self) -> None:
         self._server.kill()
         self._server.wait()
         Path(self.path).unlink(missing_ok=True)
         os.rmdir(self._dir)
-
-
-class SharedZygote(Zygote):
-    """A server someone else started and stops: `spawn` connects to it, `close` leaves it running."""
-
-    def __init__(self, path: str):
-        if not os.path.exists(path):
-            raise BadInput(f"{SHARED_ENV}={path}: no fork server's socket is there "
-                           "(start one with python -m bertology.argo.zygote PATH, or unset it)")
-        self.path = path
-        self._ready = threading.Event()
-        self._ready.set()
-        self._failed = False
-
-    def close(self) -> None:
-        pass
 
 
 if __name__ == "__main__":
