@@ -194,7 +194,7 @@ def test_a_state_from_another_configuration_is_ignored(tiny, tmp_path):
     assert not any("resuming" in line for line in lines)
 
 
-@pytest.mark.parametrize("field,value", [("checkpoint_every", -1), ("compile", 1)])
+@pytest.mark.parametrize("field,value", [("checkpoint_every", -1), ("compile", 1), ("cuda_graph", "yes")])
 def test_hyper_rejects_bad_execution_settings(field, value):
     with pytest.raises(BadInput, match=f"{field} must be"):
         Hyper(**{field: value})

@@ -197,6 +197,7 @@ class Regime:
     checkpoint_every: int = 1000  # steps between resume states; 0: none
     log_every: int = 50  # steps per point of the training-loss series (curves, kind "train"); 0: none
     compile: bool = False  # torch.compile the model (CUDA graphs on a GPU: train.device.compile_model)
+    cuda_graph: bool = True  # on a GPU, the whole training step as CUDA graphs (train.graphs)
     tracker: str = ""  # experiment tracking (bertology.tracking): wandb, mlflow, tensorboard; "": none
     train_layers: str | tuple[int, ...] | None = None  # freeze: from:K, last:K or a list
     train_embeddings: bool = False  # freeze: also train the embeddings
@@ -218,7 +219,7 @@ class Regime:
     # How a run executes, not what it computes (like the device): never part of a run id, and left out of
     # to_dict at their defaults, so every id made before they existed still holds.
     EXECUTION: ClassVar[dict[str, Any]] = {"checkpoint_every": 1000, "log_every": 50, "compile": False,
-                                           "tracker": ""}
+                                           "cuda_graph": True, "tracker": ""}
 
     @classmethod
     def from_dict(cls, d: Any) -> Regime:
@@ -239,6 +240,7 @@ class Regime:
             checkpoint_every=as_int(d.get("checkpoint_every", 1000), "checkpoint_every", 0),
             log_every=as_int(d.get("log_every", 50), "log_every", 0),
             compile=as_bool(d.get("compile", False), "compile"),
+            cuda_graph=as_bool(d.get("cuda_graph", True), "cuda_graph"),
             tracker=check_name(d.get("tracker")),
             train_layers=_layers(d.get("train_layers")),
             train_embeddings=as_bool(d.get("train_embeddings", False), "train_embeddings"),

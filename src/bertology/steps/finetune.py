@@ -116,7 +116,7 @@ def train_run(store: Store, cell: Cell) -> None:
     hp = Hyper(lr=r.lr, batch_size=r.batch_size, epochs=r.epochs, warmup_ratio=r.warmup_ratio,
                weight_decay=r.weight_decay, max_grad_norm=r.max_grad_norm, eval_batch_size=r.eval_batch_size,
                eval_every=r.eval_every, checkpoint_every=r.checkpoint_every, log_every=r.log_every,
-               compile=r.compile, schedule=Schedule.of(r), selection=r.selection)
+               compile=r.compile, cuda_graph=r.cuda_graph, schedule=Schedule.of(r), selection=r.selection)
     monitor = None
     if r.reference is not None:
         from bertology import models
@@ -143,7 +143,7 @@ def train_run(store: Store, cell: Cell) -> None:
         (out / "result.json").write_text(json.dumps({
             "best_epoch": result.best_epoch, "best_step": result.best_step, "best_metrics": result.best_metrics,
             "wall_seconds": result.wall_seconds, "device": result.device, "num_train": result.num_train,
-            "throughput": result.throughput, "epochs": r.epochs}, indent=2))
+            "throughput": result.throughput, "step_kind": result.step_kind, "epochs": r.epochs}, indent=2))
         if not cell.keep_weights:  # used here, before they leave the pod, then dropped
             trained = json.loads((out / "result.json").read_text())
             scoring.score(store, cell, out / "model", trained)

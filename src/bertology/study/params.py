@@ -55,6 +55,8 @@ PARAMS: dict[str, tuple[str, str]] = {
     # how runs execute (never part of a run id)
     "checkpoint_every": ("int", "1000"),
     "compile": ("bool", "false"),
+    # on a GPU, each training step replays as one CUDA graph (bertology.train.graphs); false: eager steps
+    "cuda_graph": ("bool", "true"),
     # cells per pod: one pod fine-tunes, evaluates and analyses N runs in turn; empty = the smallest N that
     # keeps the Workflow inside Argo's budget (bertology.steps.budget)
     "bundle": ("optional-int", ""),
@@ -88,7 +90,7 @@ def unmark(text: str) -> tuple[str, bool]:
 
 # The study parameters that make up its Regime.
 REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
-                 "eval_every", "reference", "checkpoint_every", "log_every", "compile",
+                 "eval_every", "reference", "checkpoint_every", "log_every", "compile", "cuda_graph",
                  "tracker", "selection")
 
 # The settings task_settings may override per task, and which spec each lands in.

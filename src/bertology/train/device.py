@@ -12,8 +12,16 @@ def pick_device(device: str | torch.device | None) -> torch.device:
 
 
 def autocast(device: torch.device):
-    """bf16 autocast on CUDA (the loss and softmax stay fp32); plain fp32 on CPU."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+    """bf16 autocast on CUDA (the loss and softmax stay fp32); plain fp32 on CPU. Without autocast's cache
+    of cast weights: a CUDA graph would capture the cache's first casts and never refresh them after an
+    optimizer step (each cast runs once per forward pass either way: BERT uses every weight once)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda", cache_enabled=False)
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the GPU's queued work (timings and pauses); nothing to wait for elsewhere."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def pad_multiple(device: torch.device) -> int:
@@ -39,10 +47,16 @@ def compile_model(model: torch.nn.Module, device: torch.device) -> None:
         model.compile(dynamic=True)
 
 
-def to_device(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    """NumPy batch arrays as tensors on `device` (int64 ids, float32 regression targets)."""
+def host_tensors(batch: dict[str, np.ndarray], *, pin: bool = False) -> dict[str, torch.Tensor]:
+    """NumPy batch arrays as host tensors (int64 ids, float32 regression targets), in pinned memory with
+    `pin`, so that a copy to the GPU overlaps the kernels still running."""
     tensors = {k: torch.from_numpy(v.astype(np.float32 if v.dtype.kind == "f" else np.int64, copy=False))
                for k, v in batch.items()}
-    if device.type == "cuda":  # pinned memory lets the copy overlap the previous step's kernels
-        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in tensors.items()}
-    return {k: v.to(device) for k, v in tensors.items()}
+    return {k: v.pin_memory() for k, v in tensors.items()} if pin else tensors
+
+
+def to_device(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    """NumPy batch arrays as tensors on `device`."""
+    if device.type == "cuda":
+        return {k: v.to(device, non_blocking=True) for k, v in host_tensors(batch, pin=True).items()}
+    return {k: v.to(device) for k, v in host_tensors(batch).items()}

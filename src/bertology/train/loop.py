@@ -15,8 +15,11 @@ Face's scripts do). Either way every evaluation point is recorded in the curves,
 chosen weights are saved at the end, with the tokenizer, as an HF directory, and are what evaluation,
 weight distances and a sequential run's second task start from.
 
-The loop never waits for the GPU between steps: the loss is summed on the device and read only at
-logging points, so the host queues the next batch while the GPU works.
+The step itself (forward, backward, clipping, AdamW, the loss sums) is one function,
+bertology.train.step; on CUDA it replays as one CUDA graph per batch shape (bertology.train.graphs, with
+batch widths in buckets of 32), eagerly elsewhere. The loop never waits for the GPU between steps: the
+loss is summed on the device and read only at logging points, so the host queues the next batch while the
+GPU works.
 
 Training loss: every `log_every` steps the loss averaged over those steps (and the learning rate) is
 recorded as one point of a per-iteration series (the college report's Figures 1 and 4, loss against
@@ -46,9 +49,17 @@ from bertology.data import Encoded, length_grouped_batches
 from bertology.errors import BadInput
 from bertology.tasks import Task
 from bertology.train import regimes
-from bertology.train.device import autocast, compile_model, pad_multiple, pick_device, to_device
+from bertology.train.device import compile_model, pad_multiple, pick_device, sync
+from bertology.train.graphs import WIDTH_BUCKET, GraphedStep, use_graphs
 from bertology.train.heads import head_for
 from bertology.train.state import StateSink, rng_state, set_rng_state, snapshot
+from bertology.train.step import (
+    SINCE_CONSOLE_LINE,
+    SINCE_EVALUATION,
+    SINCE_SERIES_POINT,
+    TrainStep,
+    current_lr,
+)
 
 # What a monitor returns at each evaluation point: rows that the loop stamps with epoch and step.
 Monitor = Callable[[torch.nn.Module], list[dict]]
@@ -67,12 +78,13 @@ class Hyper:
     checkpoint_every: int = 1000  # steps between resume states (when a StateSink is given); 0: none
     log_every: int = 50  # steps per point of the training-loss series (mean loss of those steps); 0: none
     compile: bool = False  # torch.compile (CUDA graphs on a GPU: device.compile_model): fewer launches, slow to start
+    cuda_graph: bool = True  # on CUDA, the whole step as CUDA graphs (bertology.train.graphs); eager when off
     pad_multiple: int = 0  # batch widths round up to a multiple of this; 0: device.pad_multiple (8 on CUDA)
     schedule: regimes.Schedule = field(default_factory=regimes.Schedule)  # which parameters train when
     selection: str = "best"  # the result's weights: the best evaluation point ("best") or the last ("last")
 
     # How the loop runs, not what it computes (padding is masked out: it changes float noise only).
-    EXECUTION = ("checkpoint_every", "log_every", "compile", "pad_multiple")
+    EXECUTION = ("checkpoint_every", "log_every", "compile", "cuda_graph", "pad_multiple")
     SELECTIONS = ("best", "last")
 
     def __post_init__(self):
@@ -81,8 +93,9 @@ class Hyper:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise BadInput(f"{name} must be an integer >= {low}, got {value!r}")
-        if not isinstance(self.compile, bool):
-            raise BadInput(f"compile must be true or false, got {self.compile!r}")
+        for name in ("compile", "cuda_graph"):
+            if not isinstance(getattr(self, name), bool):
+                raise BadInput(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.selection not in self.SELECTIONS:
             raise BadInput(f"selection must be one of {', '.join(self.SELECTIONS)}, got {self.selection!r}")
         for name, ok, allowed in (("lr", self.lr > 0, "> 0"),
@@ -108,6 +121,7 @@ class FinetuneResult:
     device: str = "cpu"
     num_train: int = 0
     throughput: float = 0.0  # training sequences per second
+    step_kind: str = "eager"  # how the training step ran: eager, cuda-graph (train.graphs) or compiled
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -136,13 +150,13 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         raise BadInput("finetune needs at least one eval split (got none)")
     if len(train) == 0:
         raise BadInput(f"the {task.name} training set is empty (0 rows)")
+    graphed = use_graphs(device, cuda_graph=hp.cuda_graph, compiled=hp.compile)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     head = head_for(task, tokenizer)
-    head.pad_multiple = hp.pad_multiple or pad_multiple(device)
+    head.pad_multiple = hp.pad_multiple or (WIDTH_BUCKET if graphed else pad_multiple(device))
     torch.manual_seed(seed)  # the task head's initialisation, then dropout
     model = head.load(model_dir, new_head=new_head, device=device)
     hp.schedule.check(model.config.num_hidden_layers)
-    # Fused AdamW: one kernel per step on CUDA, and faster than the per-tensor loop on CPU too.
     optimizer = torch.optim.AdamW(param_groups(model, hp.weight_decay), lr=hp.lr, fused=True)
     examples = Encoded.from_table(train)
     steps_per_epoch = math.ceil(len(examples) / hp.batch_size)
@@ -160,8 +174,7 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
     step, train_seconds, eval_seconds = 0, 0.0, 0.0
     curves, monitored, best_state, best = [], [], None, None
     start_epoch, start_batch = 1, 0
-    loss_sum, loss_steps = torch.zeros((), device=device), 0  # since the last evaluation point
-    losses, series_sum, series_steps = [], torch.zeros((), device=device), 0  # since the last series point
+    loss_steps, series_steps, losses = 0, 0, []  # steps since the last evaluation point / series point
     saved = state.load() if state is not None else None
     if saved is not None and saved.get("identity") != identity:
         log(f"resume state was made by another configuration ({saved.get('identity')}); ignored")
@@ -169,30 +182,41 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
     if saved is not None:
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
+        for group in optimizer.param_groups:  # as built here, whichever kind of step saved the state
+            group["lr"], group["capturable"] = float(group["lr"]), False
         scheduler.load_state_dict(saved["scheduler"])
         step, train_seconds, eval_seconds = saved["step"], saved["train_seconds"], saved["eval_seconds"]
         curves, monitored, best_state, best = saved["curves"], saved["monitor"], saved["best_state"], saved["best"]
         start_epoch, start_batch = saved["epoch"], saved["batch"]
-        loss_sum, loss_steps = saved["loss_sum"].to(device), saved["loss_steps"]
+        loss_steps = saved["loss_steps"]
         if "losses" in saved:  # states saved before the series existed resume without its past points
-            losses, series_sum, series_steps = saved["losses"], saved["series_sum"].to(device), saved["series_steps"]
+            losses, series_steps = saved["losses"], saved["series_steps"]
         started -= saved["elapsed"]
         set_rng_state(saved["rng"])
         log(f"resuming at step {step}/{total_steps} (epoch {start_epoch}, batch {start_batch})")
     if hp.compile:
         compile_model(model, device)
+    train_step = TrainStep(model, optimizer, max_grad_norm=hp.max_grad_norm, device=device)
+    if graphed:
+        train_step = GraphedStep(train_step, log=log)
+    if saved is not None:
+        train_step.sums[SINCE_EVALUATION] = saved["loss_sum"].to(device)
+        if "series_sum" in saved:
+            train_step.sums[SINCE_SERIES_POINT] = saved["series_sum"].to(device)
+    sums = train_step.sums
 
     untrained = hp.schedule.name == "none"  # the model as built is the result: one evaluation, no steps
 
     def evaluation_point(epoch: int) -> None:
         """Evaluate every split (and the monitor) now; keep a copy of the weights when this is the best point
         and the best point is the result (selection `best`: under `last` the weights at the end are)."""
-        nonlocal eval_seconds, best, best_state, loss_sum, loss_steps
+        nonlocal eval_seconds, best, best_state, loss_steps
         eval_start = time.perf_counter()
         row = {"epoch": epoch, "step": step,
-               "train_loss": loss_sum.item() / loss_steps if loss_steps else None,  # .item(): the host sync
-               "lr": scheduler.get_last_lr()[0]}
-        loss_sum, loss_steps = torch.zeros((), device=device), 0
+               "train_loss": train_step.total(SINCE_EVALUATION) / loss_steps if loss_steps else None,
+               "lr": current_lr(scheduler)}
+        train_step.reset(SINCE_EVALUATION)
+        loss_steps = 0
         for split, data in evals.items():
             split_metrics, _ = head.evaluate(model, data, batch_size=hp.eval_batch_size, device=device)
             row.update({f"{split}/{name}": value for name, value in split_metrics.items()})
@@ -224,50 +248,47 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
                 + ", ".join(f"{k} {v:,}" for k, v in trainable.items()) + " parameters")
         epoch_start = time.perf_counter()
         first = start_batch if epoch == start_epoch else 0
-        window_loss, window_steps, window_start, window_seqs = torch.zeros((), device=device), 0, epoch_start, 0
+        train_step.reset(SINCE_CONSOLE_LINE)
+        window_steps, window_start, window_seqs = 0, epoch_start, 0
         batches = length_grouped_batches(examples.lengths, hp.batch_size, seed=(seed, epoch))
         for i, batch_rows in enumerate(batches[first:], start=first):
-            batch = to_device(head.train_inputs(examples, batch_rows, model, key=(seed, epoch, i)), device)
+            # the step: forward, backward, clip, AdamW, loss sums (one CUDA graph when graphed)
             if hp.compile:  # a new training step: CUDA graphs may reuse the last step's output memory
                 torch.compiler.cudagraph_mark_step_begin()
-            with autocast(device):
-                loss = model(**batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), hp.max_grad_norm)
-            optimizer.step()
+            train_step(head.train_inputs(examples, batch_rows, model, key=(seed, epoch, i)))
             scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            loss_sum += loss.detach()
-            window_loss += loss.detach()
-            series_sum += loss.detach()
-            series_steps += 1
-            loss_steps, window_steps, window_seqs, step = loss_steps + 1, window_steps + 1, window_seqs + len(batch_rows), step + 1
+            step, loss_steps, series_steps = step + 1, loss_steps + 1, series_steps + 1
+            window_steps, window_seqs = window_steps + 1, window_seqs + len(batch_rows)
+            # the console line: a quarter of an epoch's mean loss and speed (a host sync)
             if (i + 1) % log_every == 0 or i + 1 == steps_per_epoch:
-                mean_loss = window_loss.item() / window_steps  # .item() is the host sync
                 now = time.perf_counter()
-                log(f"epoch {epoch}/{hp.epochs} step {step}/{total_steps} loss {mean_loss:.4f} "
-                    f"lr {scheduler.get_last_lr()[0]:.2e} {window_seqs / (now - window_start):.1f} seq/s")
-                window_loss.zero_()
+                log(f"epoch {epoch}/{hp.epochs} step {step}/{total_steps} "
+                    f"loss {train_step.total(SINCE_CONSOLE_LINE) / window_steps:.4f} "
+                    f"lr {current_lr(scheduler):.2e} {window_seqs / (now - window_start):.1f} seq/s")
+                train_step.reset(SINCE_CONSOLE_LINE)
                 window_steps, window_start, window_seqs = 0, now, 0
+            # the training-loss series (a host sync per point)
             if hp.log_every and (step % hp.log_every == 0 or step == total_steps):
-                losses.append({"epoch": epoch, "step": step, "train_loss": series_sum.item() / series_steps,
-                               "lr": scheduler.get_last_lr()[0], "seconds": time.perf_counter() - started})
-                series_sum, series_steps = torch.zeros((), device=device), 0
+                losses.append({"epoch": epoch, "step": step,
+                               "train_loss": train_step.total(SINCE_SERIES_POINT) / series_steps,
+                               "lr": current_lr(scheduler), "seconds": time.perf_counter() - started})
+                train_step.reset(SINCE_SERIES_POINT)
+                series_steps = 0
+            # an evaluation point: each epoch's end, and every eval_every steps; training time excludes it
             if i + 1 == steps_per_epoch or (hp.eval_every and step % hp.eval_every == 0):
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                paused = time.perf_counter()
-                train_seconds += paused - epoch_start
+                sync(device)
+                train_seconds += time.perf_counter() - epoch_start
                 evaluation_point(epoch)
                 model.train()
-                epoch_start = time.perf_counter()  # training time excludes evaluation
+                epoch_start = time.perf_counter()
+            # the resume state, written in the background
             if state is not None and hp.checkpoint_every and step % hp.checkpoint_every == 0:
                 now = time.perf_counter()
                 state.save({  # best_state is a CPU copy already, never modified in place
                     **snapshot({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                "scheduler": scheduler.state_dict(), "loss_sum": loss_sum, "rng": rng_state(),
-                                "curves": curves, "monitor": monitored, "losses": losses,
-                                "series_sum": series_sum}),
+                                "scheduler": scheduler.state_dict(), "loss_sum": sums[SINCE_EVALUATION],
+                                "rng": rng_state(), "curves": curves, "monitor": monitored, "losses": losses,
+                                "series_sum": sums[SINCE_SERIES_POINT]}),
                     "identity": identity, "step": step, "epoch": epoch, "batch": i + 1, "loss_steps": loss_steps,
                     "series_steps": series_steps,
                     "best": best, "best_state": best_state,
@@ -296,4 +317,5 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         device=str(device),
         num_train=len(examples),
         throughput=len(examples) * hp.epochs / train_seconds if train_seconds else 0.0,
+        step_kind="compiled" if hp.compile else train_step.kind,
     )

@@ -16,7 +16,7 @@ import time
 import torch
 
 from bertology.interventions.manifest import parameter_count
-from bertology.train.device import autocast
+from bertology.train.device import autocast, sync
 
 WARMUP, REPEATS = 2, 5
 
@@ -37,18 +37,14 @@ def inference_speed(model: torch.nn.Module, *, batch_size: int, seq_len: int, de
     mask = torch.ones_like(ids)
     times = []
     for i in range(WARMUP + REPEATS):
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         with autocast(device):
             encoder(input_ids=ids, attention_mask=mask)
-        _sync(device)
+        sync(device)
         if i >= WARMUP:
             times.append(time.perf_counter() - start)
     seconds = statistics.median(times)
     return {"batch_size": batch_size, "seq_len": seq_len, "inference_seconds": seconds,
             "examples_per_second": batch_size / seconds}
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -1,0 +1,56 @@
+"""One training step as one function: forward, backward, clipping, AdamW and the running loss sums.
+
+The loop calls the step with a host batch and never reads anything back from it between logging points:
+the loss is added on the device into `sums`, three running totals (since the last evaluation point, since
+the last console line, since the last point of the loss series) that the loop reads and resets at its own
+pace. Everything the step touches lives at fixed addresses (the weights, the optimizer's state, `sums`,
+reset with `zero_()` rather than replaced), so the same function can be captured once as a CUDA graph and
+replayed (bertology.train.graphs); on CPU it runs eagerly and computes exactly what the loop always has.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from bertology.train.device import autocast, to_device
+
+# The slots of `TrainStep.sums`.
+SINCE_EVALUATION, SINCE_CONSOLE_LINE, SINCE_SERIES_POINT = range(3)
+
+
+class TrainStep:
+    """forward -> backward -> clip the gradient norm -> AdamW -> add the loss to `sums`, eagerly.
+
+    The learning-rate schedule steps outside, on the host: it only writes the optimizer's `lr`."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, max_grad_norm: float,
+                 device: torch.device):
+        self.model, self.optimizer, self.max_grad_norm, self.device = model, optimizer, max_grad_norm, device
+        self.sums = torch.zeros(3, device=device)
+        self.kind = "eager"
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> None:
+        self.run(to_device(batch, self.device))
+
+    def run(self, inputs: dict[str, torch.Tensor]) -> None:
+        with autocast(self.device):
+            loss = self.model(**inputs).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.sums += loss.detach()
+
+    def total(self, slot: int) -> float:
+        """The running total in `slot`: a host sync, so only at logging and evaluation points."""
+        return self.sums[slot].item()
+
+    def reset(self, slot: int) -> None:
+        self.sums[slot].zero_()
+
+
+def current_lr(scheduler) -> float:
+    """The learning rate the scheduler set last, as a float (a CUDA-graphed step keeps it in a device
+    tensor, which this reads: a host sync, so only at logging and evaluation points)."""
+    return float(scheduler.get_last_lr()[0])
