@@ -29,13 +29,14 @@ stand-in that replays by calling the captured function again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from bertology.train.device import autocast, host_tensors
+from bertology.train.device import autocast, host_tensors, sync
 from bertology.train.step import TrainStep
 
 WIDTH_BUCKET = 32  # batch widths when graphed: 32, 64, 96, 128 at max length 128
@@ -120,6 +121,7 @@ class GraphedStep:
         self.graphs: dict[tuple, _Graph] = {}
         self.pool = None
         self.kind = "cuda-graph"
+        self.capture_seconds = 0.0  # warm-ups and captures, synchronised: each new shape's one-time cost
         use_device_lr(step.optimizer, step.device)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> None:
@@ -129,7 +131,11 @@ class GraphedStep:
                tuple(p.requires_grad for p in params))
         graph = self.graphs.get(key)
         if graph is None:
+            sync(self.step.device)
+            started = time.perf_counter()
             graph = self.graphs[key] = self._record(inputs, [p for p in params if p.requires_grad])
+            sync(self.step.device)
+            self.capture_seconds += time.perf_counter() - started
         for name, buffer in graph.inputs.items():
             buffer.copy_(inputs[name], non_blocking=True)
         graph.replay()

@@ -122,6 +122,7 @@ class FinetuneResult:
     num_train: int = 0
     throughput: float = 0.0  # training sequences per second
     step_kind: str = "eager"  # how the training step ran: eager, cuda-graph (train.graphs) or compiled
+    capture_seconds: float = 0.0  # of train_seconds, the CUDA graphs' warm-ups and captures (once per shape)
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -318,4 +319,5 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         num_train=len(examples),
         throughput=len(examples) * hp.epochs / train_seconds if train_seconds else 0.0,
         step_kind="compiled" if hp.compile else train_step.kind,
+        capture_seconds=train_step.capture_seconds,
     )

@@ -29,6 +29,7 @@ class TrainStep:
         self.model, self.optimizer, self.max_grad_norm, self.device = model, optimizer, max_grad_norm, device
         self.sums = torch.zeros(3, device=device)
         self.kind = "eager"
+        self.capture_seconds = 0.0  # graphing's one-time cost (bertology.train.graphs); none here
 
     def __call__(self, batch: dict[str, np.ndarray]) -> None:
         self.run(to_device(batch, self.device))
