@@ -68,6 +68,22 @@ def finish(store: Path, env, spec=CELL) -> str:
     return done.output
 
 
+def kill_when(proc: ForkedStep, ready) -> ForkedStep:
+    """SIGKILL `proc` as soon as `ready()` holds (within 300 s, and before the job ends by itself)."""
+    try:
+        deadline = time.time() + 300
+        while not ready():
+            assert proc.poll() is None, f"the job ended (exit {proc.returncode}) before it could be killed"
+            assert time.time() < deadline, "not ready to be killed after 300 s"
+            time.sleep(0.005)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    return proc
+
+
 def state_steps(store: Path) -> dict[str, int]:
     """The finished slots' steps."""
     steps = {}
@@ -113,18 +129,7 @@ def reference(base_store, env, tmp_path_factory):
 def killed(base_store, env, tmp_path_factory):
     """A store whose run was SIGKILLed in epoch 2, after a state past epoch 1's evaluation was saved."""
     store = fresh_store(base_store, tmp_path_factory.mktemp("killed") / "store")
-    proc = job(store, env)
-    try:
-        deadline = time.time() + 300
-        while max(state_steps(store).values(), default=0) <= STEPS_PER_EPOCH + 8:
-            assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before it could be killed"
-            assert time.time() < deadline, "no resume state after 300 s"
-            time.sleep(0.005)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    kill_when(job(store, env), lambda: max(state_steps(store).values(), default=0) > STEPS_PER_EPOCH + 8)
     assert not (store / FINETUNE / "_SUCCESS.json").exists()
     return store
 
@@ -173,6 +178,34 @@ def test_unfinished_and_corrupt_states_are_ignored_and_the_run_starts_over(kille
     assert_same_outcome(store, reference)
 
 
+def test_a_bundle_killed_in_its_second_run_heals_to_each_runs_own_result(base_store, env, tmp_path):
+    """One process trains a bundle's runs in turn on one kept model, optimizer and step (bertology.train.engine).
+    SIGKILLed in the second run, the bundle run again skips the first (cached), resumes the second, trains the
+    third on the second's engine, and every run ends bit for bit as it does alone in a process of its own."""
+    short = Regime(lr=1e-3, batch_size=16, epochs=1, checkpoint_every=4)  # 32 steps, a state every 4
+    cells = [Cell("bundle", "pre-trained", "tiny:bert", RunSpec(RUN.checkpoint, RUN.dataset, short, seed),
+                  keep_weights=True) for seed in (11, 12, 13)]
+    alone = fresh_store(base_store, tmp_path / "alone")
+    for cell in cells:
+        finish(alone, env, cell)
+    store = fresh_store(base_store, tmp_path / "store")
+    second = store / f"runs/{cells[1].run.id}/finetune-state"
+    proc = kill_when(job(store, env, cells),
+                     lambda: any((second / slot / "_SUCCESS.json").exists() for slot in ("a", "b")))
+    assert "reusing the previous run's model and optimizer" in proc.output  # the second run, on the first's
+    out = finish(store, env, cells)
+    assert "finetune cached" in out and "resuming at step" in out
+    assert out.count("reusing the previous run's model and optimizer") == 1  # the third, on the second's
+    for cell in cells:
+        run = f"runs/{cell.run.id}/finetune"
+        a, b = load_file(store / run / "model" / "model.safetensors"), load_file(alone / run / "model" / "model.safetensors")
+        assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a), cell.run.seed
+        import pyarrow.parquet as pq
+
+        assert (pq.read_table(store / run / "curves.parquet").drop(["seconds"]).to_pylist()
+                == pq.read_table(alone / run / "curves.parquet").drop(["seconds"]).to_pylist())
+
+
 def test_a_bundle_runs_every_cell_in_one_process_and_each_is_cached(base_store, tmp_path, capsys):
     store = fresh_store(base_store, tmp_path / "store")
     short = Regime(lr=1e-3, batch_size=16, epochs=1)
@@ -206,15 +239,17 @@ def test_execution_settings_are_not_part_of_a_run_id_and_old_ids_still_hold():
     base = RunSpec(RUN.checkpoint, RUN.dataset, Regime(lr=1e-3), seed=5)
     # The id as computed before the execution settings (checkpoint_every, log_every, compile) and the regime
     # schedule existed.
-    assert set(Regime.EXECUTION) == {"checkpoint_every", "log_every", "compile", "tracker"}
+    assert set(Regime.EXECUTION) == {"checkpoint_every", "log_every", "compile", "cuda_graph", "tracker"}
     old_payload = {**base.to_dict(), "regime": {f.name: getattr(base.regime, f.name)
                                                 for f in dataclasses.fields(Regime)
                                                 if f.name not in (*Regime.EXECUTION, *Regime.SCHEDULE)}}
     assert base.id == content_id("run", old_payload)
     assert "checkpoint_every" not in base.to_dict()["regime"] and "compile" not in base.to_dict()["regime"]
-    tuned = RunSpec(RUN.checkpoint, RUN.dataset, Regime(lr=1e-3, checkpoint_every=50, compile=True), seed=5)
+    tuned = RunSpec(RUN.checkpoint, RUN.dataset, Regime(lr=1e-3, checkpoint_every=50, compile=True,
+                                                        cuda_graph=False), seed=5)
     assert tuned.id == base.id
     assert tuned.to_dict()["regime"]["checkpoint_every"] == 50 and tuned.to_dict()["regime"]["compile"] is True
+    assert tuned.to_dict()["regime"]["cuda_graph"] is False and "cuda_graph" not in base.to_dict()["regime"]
     assert RunSpec.from_dict(tuned.to_dict()) == tuned  # the job still gets them
     with pytest.raises(Exception, match="compile must be true or false"):
         Regime.from_dict({"compile": "yes"})

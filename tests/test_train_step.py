@@ -29,16 +29,22 @@ from transformers import (
 
 from bertology.data import Encoded
 from bertology.tasks import get_task
-from bertology.train import Hyper, finetune, loop
-from bertology.train.graphs import GraphedStep, create_optimizer_state, graph_inputs, use_device_lr, use_graphs
+from bertology.train import Hyper, engine, finetune, loop
+from bertology.train.graphs import (
+    GraphedStep,
+    create_optimizer_state,
+    graph_inputs,
+    use_device_lr,
+    use_graphs,
+)
 from bertology.train.heads import SequenceHead
 from bertology.train.loop import param_groups
 from bertology.train.step import SINCE_CONSOLE_LINE, SINCE_EVALUATION, SINCE_SERIES_POINT, TrainStep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-CONFIG = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-              max_position_embeddings=128)
+CONFIG = {"vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "intermediate_size": 64, "max_position_embeddings": 128}
 
 
 class ReplayByCalling:
@@ -229,8 +235,10 @@ def graphed_on_cpu(monkeypatch):
     """The loop as it runs on CUDA (graphed, widths in buckets of 32), with replays by calling."""
     backend = ReplayByCalling()
     monkeypatch.setattr(loop, "use_graphs", lambda device, *, cuda_graph, compiled: cuda_graph and not compiled)
-    monkeypatch.setattr(loop, "GraphedStep", functools.partial(GraphedStep, backend=backend))
-    return backend
+    monkeypatch.setattr(engine, "GraphedStep", functools.partial(GraphedStep, backend=backend))
+    engine.release()
+    yield backend
+    engine.release()
 
 
 def test_the_loop_runs_graphed_and_a_killed_graphed_run_resumes_bit_for_bit(tiny_sst2, graphed_on_cpu, tmp_path):
@@ -294,3 +302,69 @@ def test_the_head_pads_graphed_batches_to_the_bucket(tiny_sst2):
     model = head.load(model_dir, device="cpu")
     examples = Encoded.from_table(train)
     assert head.train_inputs(examples, [0, 1, 2], model, key=(0,))["input_ids"].shape[1] == 32
+
+
+def outcome(result, out_dir):
+    rows = [{k: v for k, v in row.items() if k != "seconds"} for row in result.curves + result.losses]
+    return rows, load_file(out_dir / "model.safetensors")
+
+
+def assert_same(a, b):
+    (rows_a, weights_a), (rows_b, weights_b) = a, b
+    assert rows_a == rows_b
+    assert weights_a.keys() == weights_b.keys() and all(torch.equal(weights_a[k], weights_b[k]) for k in weights_a)
+
+
+@pytest.mark.parametrize("graphed", [False, True], ids=["eager", "graphed"])
+def test_a_run_on_the_previous_runs_engine_ends_as_it_does_alone(tiny_sst2, tmp_path, graphed, request):
+    """A bundle's runs in one process share the model, optimizer and step (and the step's graphs): run B after
+    run A, or B resumed into the engine that A used after B was killed, ends bit for bit as B alone."""
+    backend = request.getfixturevalue("graphed_on_cpu") if graphed else None
+    model_dir, train, val = tiny_sst2
+    evals = {"validation": val}
+    a = Hyper(lr=2e-3, batch_size=8, epochs=2, log_every=4)
+    b = dataclasses.replace(a, lr=1e-3, checkpoint_every=5)
+
+    def run(hp, seed, name, **kw):
+        lines = []
+        result = finetune(model_dir, TASK, train, evals, hp, seed, tmp_path / name, device="cpu", log=lines.append, **kw)
+        return result, lines
+
+    engine.release()
+    alone = outcome(run(b, 4, "alone")[0], tmp_path / "alone")
+    engine.release()
+    run(a, 3, "a")
+    captured = backend.captured if graphed else 0
+    after_a, lines = run(b, 4, "after-a")
+    assert any(line.startswith("reusing the previous run's model") for line in lines)
+    assert_same(outcome(after_a, tmp_path / "after-a"), alone)
+    if graphed:
+        assert backend.captured == captured  # B replayed A's graphs: same shapes, same trainable set
+
+    engine.release()
+    sink = MemorySink(kill_after=1)
+    with pytest.raises(Killed):
+        run(b, 4, "killed", state=sink)
+    run(a, 3, "a-again")  # the kept engine now holds A's state
+    resumed, lines = run(b, 4, "resumed", state=sink)
+    assert any(line.startswith("resuming at step 5/12") for line in lines)
+    assert any(line.startswith("reusing the previous run's model") for line in lines)
+    assert_same(outcome(resumed, tmp_path / "resumed"), alone)
+    engine.release()
+
+
+def test_an_engine_is_reused_only_by_a_run_it_fits(tiny_sst2, tmp_path):
+    """Another clipping norm or weight decay (read by the step outside its tensors), or a compiled model, gets
+    an engine of its own."""
+    model_dir, train, val = tiny_sst2
+    base = Hyper(lr=2e-3, batch_size=8, epochs=1)
+    engine.release()
+    reused = []
+    for i, hp in enumerate([base, dataclasses.replace(base, max_grad_norm=0.5),
+                            dataclasses.replace(base, max_grad_norm=0.5, weight_decay=0.0),
+                            dataclasses.replace(base, max_grad_norm=0.5, weight_decay=0.0, lr=1e-3)]):
+        lines = []
+        finetune(model_dir, TASK, train, {"validation": val}, hp, 1, tmp_path / str(i), device="cpu", log=lines.append)
+        reused.append(any(line.startswith("reusing") for line in lines))
+    assert reused == [False, False, False, True]  # a new learning rate is only a new schedule
+    engine.release()

@@ -9,7 +9,8 @@ this process, if it is not finished yet. While it trains, the resume state lives
 ends with the same result; the state is deleted once the run is published.
 
 `--spec` is one cell or a JSON list of cells (a bundle), run in order in one process so that start-up and
-imports are paid once; each cell is still its own idempotent, published artifact. With the study's
+imports are paid once, and a run of the same architecture as the one before trains on its model, optimizer
+and CUDA graphs (bertology.train.engine); each cell is still its own idempotent, published artifact. With the study's
 `gpu_concurrency` K > 1 (or `--param gpu_concurrency=K`), a bundle's cells run K at a time instead, each
 in its own process sharing the GPU (bertology.steps.shared_gpu).
 """

@@ -50,14 +50,14 @@ from bertology.errors import BadInput
 from bertology.tasks import Task
 from bertology.train import regimes
 from bertology.train.device import compile_model, pad_multiple, pick_device, sync
-from bertology.train.graphs import WIDTH_BUCKET, GraphedStep, use_graphs
+from bertology.train.engine import load_optimizer_state, take
+from bertology.train.graphs import WIDTH_BUCKET, use_graphs
 from bertology.train.heads import head_for
 from bertology.train.state import StateSink, rng_state, set_rng_state, snapshot
 from bertology.train.step import (
     SINCE_CONSOLE_LINE,
     SINCE_EVALUATION,
     SINCE_SERIES_POINT,
-    TrainStep,
     current_lr,
 )
 
@@ -156,9 +156,13 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
     head = head_for(task, tokenizer)
     head.pad_multiple = hp.pad_multiple or (WIDTH_BUCKET if graphed else pad_multiple(device))
     torch.manual_seed(seed)  # the task head's initialisation, then dropout
-    model = head.load(model_dir, new_head=new_head, device=device)
-    hp.schedule.check(model.config.num_hidden_layers)
-    optimizer = torch.optim.AdamW(param_groups(model, hp.weight_decay), lr=hp.lr, fused=True)
+    loaded = head.load(model_dir, new_head=new_head, device="cpu")
+    hp.schedule.check(loaded.config.num_hidden_layers)
+    # the model, AdamW and the step: the previous run's in this process when they fit (their graphs too)
+    engine = take(loaded, lambda m: param_groups(m, hp.weight_decay), lr=hp.lr, weight_decay=hp.weight_decay,
+                  max_grad_norm=hp.max_grad_norm, device=device, graphed=graphed, reuse=not hp.compile, log=log)
+    model, optimizer, train_step = engine.model, engine.optimizer, engine.step
+    del loaded
     examples = Encoded.from_table(train)
     steps_per_epoch = math.ceil(len(examples) / hp.batch_size)
     total_steps = steps_per_epoch * hp.epochs
@@ -182,9 +186,7 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         saved = None
     if saved is not None:
         model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        for group in optimizer.param_groups:  # as built here, whichever kind of step saved the state
-            group["lr"], group["capturable"] = float(group["lr"]), False
+        load_optimizer_state(optimizer, saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         step, train_seconds, eval_seconds = saved["step"], saved["train_seconds"], saved["eval_seconds"]
         curves, monitored, best_state, best = saved["curves"], saved["monitor"], saved["best_state"], saved["best"]
@@ -197,9 +199,6 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         log(f"resuming at step {step}/{total_steps} (epoch {start_epoch}, batch {start_batch})")
     if hp.compile:
         compile_model(model, device)
-    train_step = TrainStep(model, optimizer, max_grad_norm=hp.max_grad_norm, device=device)
-    if graphed:
-        train_step = GraphedStep(train_step, log=log)
     if saved is not None:
         train_step.sums[SINCE_EVALUATION] = saved["loss_sum"].to(device)
         if "series_sum" in saved:
