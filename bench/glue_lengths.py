@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bertology.study.cost import TRAIN_SIZES  # public training-set sizes, for the splits not in the download
+
 OUT = Path(__file__).with_name("glue_lengths.json")
-# Public GLUE training-set sizes, for the tasks whose training split is not in the download.
-TRAIN_SIZES = {"qnli": 104_743, "mnli": 392_702, "qqp": 363_846}
 STAND_INS = {"mnli": "qnli", "qqp": "qnli"}  # assumed: no MNLI/QQP files here
 TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")
 
@@ -60,7 +60,8 @@ def main() -> None:
             split = "validation"
             hist = histogram(name, source, split, a.max_length)
         rows = sum(hist.values())
-        entry = {"split": split, "rows": rows, "train_size": TRAIN_SIZES.get(name, rows), "histogram": hist}
+        entry = {"split": split, "rows": rows, "train_size": rows if split == "train" else TRAIN_SIZES[name],
+                 "histogram": hist}
         if split != "train":
             entry["note"] = f"no train.tsv: the {split} split's shape, scaled to the public training size"
         out["tasks"][name] = entry

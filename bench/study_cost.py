@@ -1,9 +1,10 @@
 """What each study costs at paper scale: runs, training sequences, and GPU-hours at a given throughput.
 
 The work is counted exactly from each workflow's own defaults (`StudySpec.from_params` + `cells()`, the same
-expansion plan uses, no hub access needed): per run, the training examples its task and size select times
-its epochs, plus the intermediate run of a sequential run (once per intermediate run id, as the store
-shares it). Training-set sizes are the public datasets' (GLUE train splits, SQuAD 2.0 train questions,
+expansion plan uses, no hub access needed) by bertology.study.cost, which `bertology run --dry-run` uses
+too: per run, the training examples its task and size select times its epochs, plus the intermediate run
+of a sequential run (once per intermediate run id, as the store shares it); a run with regime `none`
+trains nothing. Training-set sizes are the public datasets' (GLUE train splits, SQuAD 2.0 train questions,
 the 80% training carve of the first 100k Dutch Wikipedia sentences). Evaluation is not counted: it is a
 forward pass over dev sets of at most 10k examples, small next to 3 epochs of training. The figure is an
 upper bound for the cheaper runs: a probe trains no encoder weights and a shortened model runs faster
@@ -16,32 +17,23 @@ so their studies' figures are lower bounds). "every run" is what keeping every r
 
 GPU-hours need a measured training throughput in sequences per second (`bench/finetune_throughput.py`
 measures it; at max length 128 on one GPU). Without `--throughput`, the table gives GPU-hours per
-1,000 seq/s, so a measured figure T scales it by 1000/T.
+1,000 seq/s, so a measured figure T scales it by 1000/T; `--measured` takes the solo rate last measured on
+a GPU (bertology/study/measured_rates.json, the one the dry run prices a study at).
 
-    .venv/bin/python bench/study_cost.py [--throughput SEQ_PER_S]
+    .venv/bin/python bench/study_cost.py [--throughput SEQ_PER_S | --measured]
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 import yaml
 
 from bertology.steps import budget
-from bertology.study import StudySpec
+from bertology.study import StudySpec, cost
 
 REPO = Path(__file__).resolve().parent.parent
-TRAIN_SIZES = {  # public training-split sizes
-    "cola": 8_551, "sst2": 67_349, "mrpc": 3_668, "stsb": 5_749, "qqp": 363_846, "mnli": 392_702,
-    "qnli": 104_743, "rte": 2_490, "wnli": 635, "squad2": 130_319, "mlm-nl": 80_000,
-}
-
-
-def train_examples(task: str, fraction: float | None, count: int | None) -> int:
-    n = TRAIN_SIZES[task]
-    return min(n, count) if count is not None else n if fraction is None else math.floor(n * fraction)
 
 
 def model_bytes() -> int:
@@ -59,19 +51,13 @@ def study_cost(workflow: Path) -> dict:
     params = {p["name"]: str(p["value"]) for p in doc["spec"]["arguments"]["parameters"]}
     name = params.pop("study")
     spec, _ = StudySpec.from_params(name, params)
-    runs, sequences = {}, 0
-    for cell in spec.cells():
-        for run in (cell.run, cell.run.after):
-            if run is not None and run.id not in runs:
-                ds = run.dataset
-                runs[run.id] = train_examples(ds.task, ds.fraction, ds.count) * run.regime.epochs
-    sequences = sum(runs.values())
     cells = spec.cells()
+    work = cost.training_work(cells)
     datasets, checkpoints = len({c.run.dataset.id for c in cells}), len({c.run.checkpoint.id for c in cells})
     bundle = spec.bundle or budget.auto_bundle(len(cells), datasets, checkpoints)
     pods = budget.pod_items(len(cells), bundle)
     kept = {c.run.id for c in cells if c.keep_weights} | {c.run.after.id for c in cells if c.run.after is not None}
-    return {"study": name, "cells": len(cells), "runs": len(runs), "sequences": sequences, "bundle": bundle,
+    return {"study": name, "cells": len(cells), "runs": work.runs, "sequences": work.sequences, "bundle": bundle,
             "checkpoints": checkpoints, "kept_runs": len(kept),
             "pods": len(pods), "nodes": budget.workflow_nodes(datasets, checkpoints, len(pods)),
             "status_kib": budget.status_bytes(datasets, checkpoints, pods) / 1024}
@@ -79,9 +65,12 @@ def study_cost(workflow: Path) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--throughput", type=float, default=None, help="measured training sequences per second")
+    rate_given = p.add_mutually_exclusive_group()
+    rate_given.add_argument("--throughput", type=float, default=None, help="measured training sequences per second")
+    rate_given.add_argument("--measured", action="store_true",
+                            help="the solo rate last measured on a GPU (bertology/study/measured_rates.json)")
     args = p.parse_args()
-    rate = args.throughput or 1000.0
+    rate = cost.load_rates().solo_seq_per_s if args.measured else args.throughput or 1000.0
     gb = model_bytes() / 1e9
     print(f"| study | runs | training sequences (M) | GPU-hours at {rate:,.0f} seq/s | runs per pod | Argo nodes "
           f"| status (KiB) | kept: checkpoints + runs' weights | storage (GB) | with every run's weights (GB) |")
@@ -90,11 +79,11 @@ def main() -> None:
         doc = yaml.safe_load(workflow.read_text())
         if doc["kind"] != "Workflow" or doc["spec"].get("workflowTemplateRef", {}).get("name") != "bertology-study":
             continue  # vocab-overlap (tokenizers only) and the nightly CronWorkflow
-        cost = study_cost(workflow)
-        print(f"| {cost['study']} | {cost['runs']} | {cost['sequences'] / 1e6:.1f} | "
-              f"{cost['sequences'] / rate / 3600:.1f} | {cost['bundle']} | {cost['nodes']} | {cost['status_kib']:.0f} | "
-              f"{cost['checkpoints']} + {cost['kept_runs']} | {(cost['checkpoints'] + cost['kept_runs']) * gb:,.1f} | "
-              f"{(cost['checkpoints'] + cost['runs']) * gb:,.1f} |")
+        row = study_cost(workflow)
+        print(f"| {row['study']} | {row['runs']} | {row['sequences'] / 1e6:.1f} | "
+              f"{cost.gpu_hours(row['sequences'], rate):.1f} | {row['bundle']} | {row['nodes']} | {row['status_kib']:.0f} | "
+              f"{row['checkpoints']} + {row['kept_runs']} | {(row['checkpoints'] + row['kept_runs']) * gb:,.1f} | "
+              f"{(row['checkpoints'] + row['runs']) * gb:,.1f} |")
 
 
 if __name__ == "__main__":

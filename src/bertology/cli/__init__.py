@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-backoff", type=float, default=2.0, metavar="SECONDS",
                    help="wait at most this long between attempts (Argo's backoff is computed and logged)")
     r.add_argument("--dry-run", action="store_true",
-                   help="run only plan, then print the argv each pod would get, as Argo substitutes it")
+                   help="run only plan, then print what the study costs on a GPU (runs, training sequences, "
+                        "GPU-hours at the last measured rate) and the argv each pod would get, as Argo substitutes it")
     r.add_argument("--show", type=int, default=3, metavar="N", help="pods shown per task with --dry-run (default 3)")
     r.add_argument("--tracker", default=None, metavar="NAME",
                    help="track each fine-tune in wandb, mlflow or tensorboard (sets -p tracker=NAME; default: none)")
