@@ -1,0 +1,140 @@
+"""K fine-tuning runs trained as one stacked model (torch.func): one launch does K runs' arithmetic.
+
+The eager step is bound by kernel launches on a GPU, and the launches of a step do not depend on how much
+arithmetic each does. Runs that share an architecture, a task, a seed and hence their batches (the order is
+a pure function of (seed, epoch)), such as a study's variants at one seed, are stacked along a leading K
+dimension: `vmap` feeds one batch to all K (`in_dims=(0, 0, None)`), one backward fills each run's slice
+of the stacked gradients, and one fused AdamW over the stacked leaves acts as K optimizers (it is
+elementwise). Clipping is per run. All K runs share the learning rate and its schedule (runs are grouped
+by lr), the weight decay and the clipping norm.
+
+Dropout under `randomness="same"` draws one mask for all K, shaped and drawn as one solo step draws it
+(on CPU, `empty_like(x).bernoulli_(1 - p)` either way): with the generator where each solo run's is (the
+same seed, and loading each model drew as much from it), every fused run sees its solo run's masks, within
+float noise (tests/test_fused.py; unchecked on CUDA, whose dropout is another kernel). Variants whose
+loading draws differently (another head's initialisation) would see the last-loaded run's stream, and
+fused numbers differ from solo ones in float noise anyway, so fusing belongs in a run's identity.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch.func import functional_call, stack_module_state, vmap
+from transformers import get_linear_schedule_with_warmup
+
+from bertology.errors import BadInput
+from bertology.train.device import autocast
+from bertology.train.loop import Hyper, param_groups
+
+# Config entries that record where a model came from, not what it computes.
+_PROVENANCE = {"_name_or_path", "transformers_version", "_commit_hash", "architectures"}
+
+
+def check_same_architecture(models: list[torch.nn.Module]) -> None:
+    """BadInput naming the first difference between models[0] and another model: class, mode, config, or a
+    parameter's or buffer's name, shape, dtype or trainability (vmap needs one function of K weight sets)."""
+    if len(models) < 1:
+        raise BadInput(f"fused training needs K >= 1 models, got K = {len(models)}")
+
+    def signature(m: torch.nn.Module) -> dict[str, str]:
+        config = getattr(m, "config", None)
+        config = {} if config is None else config.to_dict()
+        return {"class": type(m).__name__, "mode": "training" if m.training else "eval",
+                **{f"config {k}": repr(v) for k, v in config.items() if k not in _PROVENANCE},
+                **{f"parameter {n}": f"{list(p.shape)} {p.dtype} {'trained' if p.requires_grad else 'frozen'}"
+                   for n, p in m.named_parameters()},
+                **{f"buffer {n}": f"{list(b.shape)} {b.dtype}" for n, b in m.named_buffers()}}
+
+    first = signature(models[0])
+    for i, m in enumerate(models[1:], start=1):
+        other = signature(m)
+        for key in [*first, *(k for k in other if k not in first)]:
+            if first.get(key) != other.get(key):
+                raise BadInput(f"fused runs need one architecture: model {i} has {key} = "
+                               f"{other.get(key, 'none')}, model 0 has {first.get(key, 'none')}")
+
+
+class FusedRuns:
+    """K runs of one architecture as stacked weights, AdamW and a linear schedule with warmup (`hp`'s lr,
+    weight decay, warmup ratio and clipping norm, as `loop.finetune` uses them). The models are copied;
+    the caller may drop them. Parameters frozen in the models stay frozen: they get no gradient, and
+    AdamW skips a parameter without one (`set_trainable` follows a regime's epochs)."""
+
+    def __init__(self, models: list[torch.nn.Module], hp: Hyper, total_steps: int):
+        check_same_architecture(models)
+        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
+            raise BadInput(f"total_steps must be an integer >= 1, got {total_steps!r}")
+        self.k = len(models)
+        self.max_grad_norm = hp.max_grad_norm
+        self.params, self.buffers = stack_module_state(models)  # leaves with a leading K dimension
+        self._stacked = {**self.params, **self.buffers}
+        self.device = next(iter(self._stacked.values())).device
+        self._base = copy.deepcopy(models[0]).to("meta").train()  # the stateless function of the weights
+        # state_dict key -> stacked name: tied weights appear under each of their names, as in state_dict
+        stacked = {id(t): n for n, t in [*models[0].named_parameters(), *models[0].named_buffers()]}
+        self._keys = {key: stacked[id(t)] for key, t in models[0].state_dict(keep_vars=True).items()}
+        # loop.param_groups' split (no decay on biases and LayerNorm), mapped to the stacked leaves by name
+        groups = [{**g, "params": [self.params[stacked[id(p)]] for p in g["params"]]}
+                  for g in param_groups(models[0], hp.weight_decay)]
+        self.optimizer = torch.optim.AdamW(groups, lr=hp.lr, fused=True)
+        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, int(hp.warmup_ratio * total_steps),
+                                                         total_steps)
+        self._losses = vmap(self._loss, in_dims=(0, 0, None), randomness="same")
+
+    def _loss(self, params: dict, buffers: dict, batch: dict) -> torch.Tensor:
+        return functional_call(self._base, (params, buffers), kwargs=batch).loss
+
+    def step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One training step of all K runs on one batch; each run's loss, [K], left on the device (no sync).
+        `.sum().backward()` rather than `vmap(grad)`: SDPA has no backward under vmap, and the runs' losses
+        are independent, so the sum's gradient is each run's own."""
+        with autocast(self.device):
+            losses = self._losses(self.params, self.buffers, batch)
+        losses.sum().backward()
+        self._clip()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return losses.detach()
+
+    @torch.no_grad()
+    def _clip(self) -> None:
+        """clip_grad_norm_'s formula per run: clip_grad_norm_ on the stacked tensors would take one norm over
+        all K runs, so one run's large gradient would shrink the others' steps. Its foreach kernels over
+        each run's gradient slices (views) keep the launches to a few plus K, not two per parameter."""
+        grads = [p.grad for p in self.params.values() if p.grad is not None]
+        if not grads:
+            return
+        slices = [g.unbind(0) for g in grads]  # [n][K] views
+        norms = torch.stack(torch._foreach_norm([s for run in slices for s in run])).view(len(grads), self.k)
+        coef = (self.max_grad_norm / (torch.linalg.vector_norm(norms, dim=0) + 1e-6)).clamp(max=1.0)  # [K]
+        for i, c in enumerate(coef.unbind(0)):
+            torch._foreach_mul_([run[i] for run in slices], c)
+
+    def set_trainable(self, model: torch.nn.Module) -> None:
+        """Take `requires_grad` from an eager model of the same architecture (after `regimes.apply`)."""
+        for name, p in model.named_parameters():
+            self.params[name].requires_grad_(p.requires_grad)
+
+    def _run(self, i: int) -> int:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.k:
+            raise BadInput(f"run index must be an integer in [0, {self.k}), got {i!r}")
+        return i
+
+    def unstacked(self, i: int) -> dict[str, torch.Tensor]:
+        """Run i's state dict (copies, keys as the model's `state_dict()`), for `load_state_dict` into one
+        eager model that `head.evaluate` scores or `save_pretrained` writes."""
+        i = self._run(i)
+        return {key: self._stacked[name][i].detach().clone() for key, name in self._keys.items()}
+
+    @torch.no_grad()
+    def load(self, i: int, state: dict[str, torch.Tensor]) -> None:
+        """Put a state dict (as `unstacked` returns) into run i's weights; the optimizer state is kept."""
+        i = self._run(i)
+        missing = sorted(set(self._keys) - set(state))
+        if missing:
+            raise BadInput(f"state for run {i} lacks {missing[0]} ({len(missing)} keys missing)")
+        for key, name in self._keys.items():
+            self._stacked[name][i].copy_(state[key])
