@@ -16,14 +16,14 @@ batches.
 
     .venv/bin/python bench/dispatch_count.py [--ks 1 2 4 8] [--dropout 0.1] [--steps 3] [--threads 1] [--json PATH]
 
-Measured (2-core box shared with other work, torch 2.13 CPU, 1 thread, dropout 0.1): operators per step
-are flat in K (solo 2,355; fused 4,083 at K = 1 to 4,096 at K = 8), so per run they fall K-fold (512 at
-K = 8, 4.6x fewer than solo); kernel operators 870 solo, 1,422 to 1,437 fused (180 per run at K = 8). A
+Measured (2-core box, torch 2.13 CPU, 1 thread, dropout 0.1; docs/measurements.md): operators per step
+are flat in K (solo 2,356; fused 4,084 at K = 1 to 4,097 at K = 8), so per run they fall K-fold (512 at
+K = 8, 4.6x fewer than solo); kernel operators 871 solo, 1,423 to 1,438 fused (180 per run at K = 8). A
 fused step at K = 1 dispatches 1.7x a solo one: vmap's batching rules split fused kernels (a linear layer
 is bmm plus a bias add instead of addmm, LayerNorm's affine a separate mul and add, the expanded weights'
 gradients copied to the parameter's layout), so fusing pays from K = 2. Host ms on a CPU is mostly
-arithmetic at 32 x 128; at `--batch 2 --width 16`, where dispatch dominates, it was 31 ms a step solo and
-43, 35, 21, 17 ms per run fused at K = 1, 2, 4, 8.
+arithmetic at 32 x 128; at `--batch 2 --width 16`, where dispatch dominates, it was 27 ms a step solo and
+42, 29, 23, 18 ms per run fused at K = 1, 2, 4, 8.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import BertConfig, BertForSequenceClassification, get_linear_schedule_with_warmup
 
-from bertology.train.fused import FusedRuns
-from bertology.train.loop import Hyper, param_groups
+from bertology.train.fused import FusedStep
+from bertology.train.loop import Hyper
+from bertology.train.step import TrainStep, param_groups
 
 PHASES = ("forward", "backward", "clip", "optimizer", "scheduler")
 # Operators that only make tensor metadata or allocate: no kernel on a GPU, though each costs host time.
@@ -79,39 +80,24 @@ def models(k: int, dropout: float) -> list[torch.nn.Module]:
     return out
 
 
-def solo_step(model: torch.nn.Module, hp: Hyper, total: int, count: Count):
-    """bertology.train.loop.finetune's step, with the phase marked for the counter."""
-    optimizer = torch.optim.AdamW(param_groups(model, hp.weight_decay), lr=hp.lr, fused=True)
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(hp.warmup_ratio * total), total)
-    count.mark_optimizer(optimizer)
+def marked(step: TrainStep, total: int, hp: Hyper, count: Count):
+    """`step.run` (what the loop runs eagerly, and what a CUDA graph captures) and the schedule, with each
+    part wrapped to mark the phase for the counter; one run's step or K fused runs'."""
+    scheduler = get_linear_schedule_with_warmup(step.optimizer, int(hp.warmup_ratio * total), total)
+    count.mark_optimizer(step.optimizer)
 
-    def step(batch):
-        count.phase = "forward"
-        loss = model(**batch).loss
-        count.phase = "backward"
-        loss.backward()
-        count.phase = "clip"
-        torch.nn.utils.clip_grad_norm_(model.parameters(), hp.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
-    return step
-
-
-def fused_step(runs: FusedRuns, count: Count):
-    """FusedRuns.step as it is, with its parts wrapped to mark the phase for the counter."""
-    def marked(fn, start, after):
+    def phase(fn, name):
         def wrapper(*args, **kwargs):
-            count.phase = start
-            out = fn(*args, **kwargs)
-            count.phase = after
-            return out
+            count.phase = name
+            return fn(*args, **kwargs)
         return wrapper
-    runs._losses = marked(runs._losses, "forward", "backward")
-    runs._clip = marked(runs._clip, "clip", "clip")
-    count.mark_optimizer(runs.optimizer)
-    return runs.step
+    step.loss, step.backward, step.clip = (phase(step.loss, "forward"), phase(step.backward, "backward"),
+                                           phase(step.clip, "clip"))
+
+    def one(batch):
+        step.run(batch)
+        scheduler.step()
+    return one
 
 
 def measure(name: str, k: int, step, count: Count, batch, steps: int) -> dict:
@@ -154,13 +140,16 @@ def main() -> None:
              "token_type_ids": torch.zeros(args.batch, args.width, dtype=torch.long),
              "labels": torch.randint(0, 2, (args.batch,), generator=g)}
     count = Count()
-    rows = [measure("solo (loop step)", 1, solo_step(models(1, args.dropout)[0], hp, total, count), count,
-                    batch, args.steps)]
+    (model,) = models(1, args.dropout)
+    solo = TrainStep(model, torch.optim.AdamW(param_groups(model, hp.weight_decay), lr=hp.lr, fused=True),
+                     max_grad_norm=hp.max_grad_norm, device=torch.device("cpu"))
+    rows = [measure("solo (the loop's step)", 1, marked(solo, total, hp, count), count, batch, args.steps)]
     for k in args.ks:
         count = Count()
-        runs = FusedRuns(models(k, args.dropout), hp, total)
-        rows.append(measure(f"fused K={k}", k, fused_step(runs, count), count, batch, args.steps))
-        del runs
+        fused = FusedStep(models(k, args.dropout), lr=hp.lr, weight_decay=hp.weight_decay,
+                          max_grad_norm=hp.max_grad_norm)
+        rows.append(measure(f"fused K={k}", k, marked(fused, total, hp, count), count, batch, args.steps))
+        del fused
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch} x {args.width}, "
           f"dropout {args.dropout}\n")
     print("| row | ops/step | ops/run | kernel ops/step | kernel ops/run | " + " | ".join(PHASES)

@@ -98,7 +98,7 @@ from gpu_workload import (
 # Peak dense bf16 tensor FLOP/s by device name (vendor datasheets, no sparsity), most specific first.
 PEAK_BF16 = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("GH200", 989e12), ("A100", 312e12))
 NA = "n/a (no CUDA)"
-PARTS = ("ours", "overhead", "sweep", "concurrency", "optimisations", "profile")  # the order they run in
+PARTS = ("ours", "fused", "overhead", "sweep", "concurrency", "optimisations", "profile")  # the order they run in
 VERSIONS = ("torch", "transformers", "tokenizers", "accelerate", "datasets", "numpy", "pyarrow")
 
 
@@ -263,6 +263,88 @@ def part_ours(b: Bench) -> None:
     b.rec.lines("", ("On CUDA, before each length set, one step at every batch width and size either loop can meet "
                      "(figures.json: warm_widths_s): a width's first step costs about 0.5 s once per process, and "
                      "ours, run first, used to pay it for both."), "")
+
+
+def part_fused(b: Bench, ks: tuple[int, ...]) -> None:
+    """Steady-state training seq/s of one step over K stacked runs (bertology.train.fused), eager and as CUDA
+    graphs, against one run's step, all on the same fixed 32 x 128 batches: the whole step with its
+    schedule, after the graphs are captured (their capture seconds are reported apart). vmap's fallback
+    to a per-run loop (a missing batching rule) fails the row: on CUDA every kernel of the step has one."""
+    import warnings
+
+    from transformers import get_linear_schedule_with_warmup
+
+    from bertology.train.fused import FusedStep
+    from bertology.train.graphs import GraphedStep
+    from bertology.train.step import TrainStep, param_groups
+
+    task = tasks.get_task("sst2")
+    head = head_for(task)
+    steps, warm = (40, 3) if b.cuda else (3, 1)
+    rng = np.random.default_rng(0)
+    width, rows = 128 if b.cuda else 32, b.hp.batch_size
+    from transformers import AutoConfig
+
+    vocab = AutoConfig.from_pretrained(b.path).vocab_size
+    batch = {"input_ids": rng.integers(min(1000, vocab // 2), vocab, (rows, width)),
+             "attention_mask": np.ones((rows, width), dtype=np.int64),
+             "token_type_ids": np.zeros((rows, width), dtype=np.int64), "labels": rng.integers(0, 2, rows)}
+    b.rec.lines("## K runs fused into one model (steady state, fixed 32 x 128 batches)", "",
+                "| step | runs K | seq/s in all | seq/s per run | ms per step | MFU | capture s |", "|---|---|---|---|---|---|---|")
+    configs = [("one run", 1)] + [("fused", k) for k in ks]
+    for kind, k in configs:
+        for graphed in ((False, True) if b.cuda else (False,)):
+            name = f"{kind}, {'CUDA graphs' if graphed else 'eager'}"
+            try:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("error", message="There is a performance drop")
+                    models = []
+                    for seed in range(k):
+                        torch.manual_seed(seed)
+                        models.append(head.load(b.path, device=b.device).train())
+                    if kind == "one run":
+                        (model,) = models
+                        step = TrainStep(model, torch.optim.AdamW(param_groups(model, b.hp.weight_decay), lr=b.hp.lr,
+                                                                   fused=True), max_grad_norm=1.0, device=b.device)
+                    else:
+                        step = FusedStep(models, lr=b.hp.lr, weight_decay=b.hp.weight_decay, max_grad_norm=1.0)
+                        del models
+                    optimizer = step.optimizer
+                    scheduler = get_linear_schedule_with_warmup(optimizer, 10, 10_000)
+                    if graphed:
+                        step = GraphedStep(step, log=lambda _: None)
+                    for _ in range(warm):
+                        step(batch)
+                        scheduler.step()
+                    sync(b.device)
+                    start = time.perf_counter()
+                    for _ in range(steps):
+                        step(batch)
+                        scheduler.step()
+                    step.total(0)  # the host sync that ends the timed steps, as a logging point would
+                    seconds = time.perf_counter() - start
+                    capture = step.capture_seconds
+            except (RuntimeError, torch.OutOfMemoryError, UserWarning) as e:
+                b.rec.put("fused", name, str(k), {"error": f"{type(e).__name__}: {e}"[:500]})
+                b.rec.lines(f"| {name} | {k} | failed: {type(e).__name__}: {str(e)[:80]} | | | | |")
+                continue
+            finally:
+                step = optimizer = scheduler = None
+                if b.cuda:
+                    torch.cuda.empty_cache()
+            seq_s = k * rows * steps / seconds
+            mfu = b.mfu(k * rows * width * steps, seconds)
+            figures = {"seq_s": seq_s, "seq_s_per_run": seq_s / k, "ms_per_step": 1000 * seconds / steps,
+                       "mfu": mfu, "capture_s": capture}
+            b.rec.put("fused", name, str(k), figures)
+            b.rec.lines(f"| {name} | {k} | {seq_s:,.0f} | {seq_s / k:,.0f} | {1000 * seconds / steps:.1f} | "
+                        f"{b.mfu_text(mfu)} | {capture:.1f} |")
+            if kind == "fused":
+                best = b.rec.figures["fused"].get("best_seq_s") or 0.0
+                b.rec.put("fused", "best_seq_s", max(best, seq_s))
+    b.rec.lines("", ("Every row trains the whole step (forward, backward, clipping, AdamW, the schedule) on one batch "
+                     "shape; 'seq/s in all' counts every run's sequences. K = 1 fused goes through the fused code "
+                     "(vmap), which splits some fused kernels, so it is slower than one run's step."), "")
 
 
 def part_optimisations(b: Bench) -> None:
@@ -576,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
                    f"128, SDPA; torch {torch.__version__}, transformers {version('transformers')}. "
                    f"Peak for MFU: {f'{peak / 1e12:.0f} TFLOP/s bf16 dense' if peak else 'n/a'}."
                    + (f" Time budget: {a.budget_s:g} s." if a.budget_s is not None else "")), "")
-        run = {"ours": lambda: part_ours(b), "overhead": lambda: part_overhead(b), "sweep": lambda: part_sweep(b),
+        fuse = (1, 2, 4, 8) if b.cuda else (1, 2)
+        run = {"ours": lambda: part_ours(b), "fused": lambda: part_fused(b, fuse), "overhead": lambda: part_overhead(b), "sweep": lambda: part_sweep(b),
                "concurrency": lambda: part_concurrency(b, ks), "optimisations": lambda: part_optimisations(b),
                "profile": lambda: part_profile(b)}
         for part in PARTS:

@@ -209,6 +209,33 @@ class MemorySink:
             raise Killed
 
 
+class ReplayByCalling:
+    """CUDA graphs' stand-in on CPU: capture keeps the function (it does not run it, as on a GPU), replay calls
+    it again over the same static buffers; warm-up runs on no side stream; the RNG is the CPU generator."""
+
+    def __init__(self):
+        self.warmed = self.captured = self.replays = 0
+
+    def warm(self, fn):
+        self.warmed += 1
+        fn()
+
+    def capture(self, fn, pool):
+        self.captured += 1
+
+        def replay():
+            self.replays += 1
+            fn()
+
+        return replay, pool or object()
+
+    def get_rng_state(self):
+        return __import__("torch").get_rng_state()
+
+    def set_rng_state(self, state):
+        __import__("torch").set_rng_state(state)
+
+
 ARGO_FIXTURES = Path(__file__).parent / "fixtures" / "argo"
 
 

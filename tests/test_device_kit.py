@@ -164,7 +164,7 @@ def _gpu_py(*args: str, **kwargs) -> subprocess.Popen:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--parts", "ours,speed"], "--parts: unknown part 'speed' (allowed: ours, overhead, sweep, concurrency, optimisations, profile)"),
+    (["--parts", "ours,speed"], "--parts: unknown part 'speed' (allowed: ours, fused, overhead, sweep, concurrency, optimisations, profile)"),
     (["--budget-s", "-5"], "--budget-s must be a number of seconds >= 0, got -5.0"),
     (["--scale", "0"], "--scale must be a number > 0, got 0.0"),
     (["--concurrency", "1,two"], "--concurrency must be comma-separated integers >= 1, got '1,two'"),
@@ -276,7 +276,7 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
     assert "datasets==5.2.0" in (out / "pip-freeze.txt").read_text().split()
     figures = json.loads((out / "figures.json").read_text())
     assert {p: s["status"] for p, s in figures["parts"].items()} == {
-        p: "done" for p in ("ours", "overhead", "sweep", "concurrency", "optimisations", "profile")}
+        p: "done" for p in ("ours", "fused", "overhead", "sweep", "concurrency", "optimisations", "profile")}
     meta = figures["meta"]
     assert (meta["cuda"], meta["python"][:4], meta["versions"]["torch"], meta["versions"]["transformers"],
             meta["versions"]["datasets"]) == (False, "3.12", "2.11.0", "5.17.0", "5.2.0")
@@ -286,6 +286,9 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
     assert set(figures["sweep"]["tasks"]) == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"}
     assert figures["sweep"]["train_sequences"] == 2_849_199 and figures["sweep"]["with_measured_overheads"]
     assert set(figures["concurrency"]["RTE-sized, 3 epochs"]) == {"1", "2"}
+    assert {name: set(rows) for name, rows in figures["fused"].items() if name != "best_seq_s"} == {
+        "one run, eager": {"1"}, "fused, eager": {"1", "2"}}  # vmap over the machine's transformers works
+    assert all("seq_s" in row for rows in figures["fused"].values() if isinstance(rows, dict) for row in rows.values())
     measured = {t["target"] for t in figures["targets"] if t["measured"] is not None}
     missing = {t["target"] for t in figures["targets"]} - measured
     assert missing == {"RTE-sized, 3 epochs: aggregate speed-up of K = 4 over K = 1"}  # K = 4: CUDA only

@@ -14,9 +14,10 @@ from bertology.errors import BadInput
 from bertology.tasks import get_task, load_split
 from bertology.train import Hyper, evaluate
 from bertology.train.device import to_device
-from bertology.train.fused import FusedRuns
+from bertology.train.fused import FusedStep
+from bertology.train.graphs import GraphedStep
 from bertology.train.heads import head_for
-from bertology.train.loop import param_groups
+from bertology.train.step import SINCE_CONSOLE_LINE, param_groups
 
 # CPU SDPA without dropout has no vmap batching rule: vmap warns and loops over the runs (expected here)
 pytestmark = [pytest.mark.usefixtures("one_thread"),
@@ -82,13 +83,30 @@ def solo(model, batches, hp=HP):
     return torch.tensor(losses), torch.tensor(norms)
 
 
-def fused(models, batches, hp=HP):
-    runs = FusedRuns(models, hp, len(batches))
-    losses = torch.stack([runs.step(batch) for batch in batches], dim=1)  # [K, steps]
-    return runs, losses
+def fused_step(models, hp=HP) -> FusedStep:
+    return FusedStep(models, lr=hp.lr, weight_decay=hp.weight_decay, max_grad_norm=hp.max_grad_norm)
 
 
-def max_weight_difference(runs: FusedRuns, i: int, model) -> float:
+def fused(models, batches, hp=HP, wrap=lambda step: step):
+    """K runs' steps with the loop's schedule; each run's loss per step, [K, steps]."""
+    from transformers import get_linear_schedule_with_warmup
+
+    step = wrap(fused_step(models, hp))
+    scheduler = get_linear_schedule_with_warmup(step.optimizer if hasattr(step, "optimizer") else step.step.optimizer,
+                                                int(hp.warmup_ratio * len(batches)), len(batches))
+    losses = []
+    for batch in batches:
+        if isinstance(step, GraphedStep):
+            step({k: v.numpy() for k, v in batch.items()})
+        else:
+            step.run(batch)
+        scheduler.step()
+        losses.append(torch.tensor(step.total(SINCE_CONSOLE_LINE)))
+        step.reset(SINCE_CONSOLE_LINE)
+    return step, torch.stack(losses, dim=1)
+
+
+def max_weight_difference(runs: FusedStep, i: int, model) -> float:
     state = runs.unstacked(i)
     assert state.keys() == model.state_dict().keys()
     return max(float((state[k] - v).abs().max()) for k, v in model.state_dict().items())
@@ -130,16 +148,16 @@ def test_frozen_parameters_stay_bit_identical(data, when):
     models = tiny_models(vocab_size, [0, 1])
     frozen = {n for n, _ in models[0].named_parameters() if n.startswith(("bert.embeddings.", "bert.encoder.layer.0."))}
     before = [model.state_dict() for model in copy.deepcopy(models)]
-    runs = FusedRuns(models, HP, STEPS)  # all trainable
+    runs = fused_step(models)  # all trainable
     for model in models:  # as a regime does (regimes.apply)
         for name, p in model.named_parameters():
             p.requires_grad_(name not in frozen)
     if when == "in the models":
-        runs = FusedRuns(models, HP, STEPS)
+        runs = fused_step(models)
     else:
         runs.set_trainable(models[0])
     for batch in batches:
-        runs.step(batch)
+        runs.run(batch)
     for i in range(2):
         after = runs.unstacked(i)
         assert all(torch.equal(after[n], before[i][n]) for n in frozen)
@@ -172,7 +190,7 @@ def test_dropout_masks_are_the_solo_runs_masks(data):
 def test_unstacked_and_load_round_trip(data):
     vocab_size, _, _ = data
     models = tiny_models(vocab_size, [0, 1])
-    runs = FusedRuns(models, HP, STEPS)
+    runs = fused_step(models)
     runs.load(0, models[1].state_dict())
     assert all(torch.equal(v, models[1].state_dict()[k]) for k, v in runs.unstacked(0).items())
     with pytest.raises(BadInput, match="run index must be an integer in \\[0, 2\\), got 2"):
@@ -188,19 +206,33 @@ def test_different_architectures_are_refused(data, other, message):
     vocab_size, _, _ = data
     models = tiny_models(vocab_size, [0]) + tiny_models(vocab_size, [1], **other)
     with pytest.raises(BadInput, match=message):
-        FusedRuns(models, HP, STEPS)
+        fused_step(models)
 
 
-def test_bad_k_classes_trainability_and_steps_are_refused(data):
+def test_bad_k_classes_and_trainability_are_refused(data):
     vocab_size, _, _ = data
     with pytest.raises(BadInput, match="fused training needs K >= 1 models, got K = 0"):
-        FusedRuns([], HP, STEPS)
+        fused_step([])
     models = tiny_models(vocab_size, [0, 1])
     mlm = BertForMaskedLM(models[0].config).train()
     with pytest.raises(BadInput, match="model 1 has class = BertForMaskedLM, model 0 has BertForSequence"):
-        FusedRuns([models[0], mlm], HP, STEPS)
-    with pytest.raises(BadInput, match="total_steps must be an integer >= 1, got 0"):
-        FusedRuns(models, HP, 0)
+        fused_step([models[0], mlm])
     models[1].classifier.bias.requires_grad_(False)
     with pytest.raises(BadInput, match="model 1 has parameter classifier.bias = .*frozen.*, model 0 has .*trained"):
-        FusedRuns(models, HP, STEPS)
+        fused_step(models)
+
+
+def test_the_fused_step_replays_as_cuda_graphs_do(data):
+    """bertology.train.graphs replays K fused runs' step as it replays one run's: static buffers, one graph per
+    shape, state created before capture; driven here by the CPU stand-in for CUDA graphs (conftest)."""
+    from conftest import ReplayByCalling
+
+    vocab_size, batches, _ = data
+    models = tiny_models(vocab_size, [0, 1, 2])
+    eager, eager_losses = fused([copy.deepcopy(m) for m in models], batches)
+    backend = ReplayByCalling()
+    graphed, losses = fused(models, batches, wrap=lambda step: GraphedStep(step, backend, log=lambda _: None))
+    assert float((losses - eager_losses).abs().max()) < 1e-5
+    for i in range(3):
+        assert max(float((graphed.step.unstacked(i)[k] - v).abs().max()) for k, v in eager.unstacked(i).items()) < 1e-5
+    assert backend.captured == len({b["input_ids"].shape for b in batches}) and backend.replays == STEPS

@@ -15,8 +15,8 @@ from bertology.data import subset_indices, tokenize_split
 from bertology.errors import BadInput
 from bertology.tasks import get_task, load_split
 from bertology.train import Hyper, evaluate, finetune, load_finetuned
-from bertology.train.loop import param_groups
 from bertology.train.regimes import Schedule
+from bertology.train.step import param_groups
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -17,7 +17,7 @@ import functools
 import numpy as np
 import pytest
 import torch
-from conftest import Killed, MemorySink
+from conftest import Killed, MemorySink, ReplayByCalling
 from safetensors.torch import load_file
 from transformers import (
     BertConfig,
@@ -38,40 +38,18 @@ from bertology.train.graphs import (
     use_graphs,
 )
 from bertology.train.heads import SequenceHead
-from bertology.train.loop import param_groups
-from bertology.train.step import SINCE_CONSOLE_LINE, SINCE_EVALUATION, SINCE_SERIES_POINT, TrainStep
+from bertology.train.step import (
+    SINCE_CONSOLE_LINE,
+    SINCE_EVALUATION,
+    SINCE_SERIES_POINT,
+    TrainStep,
+    param_groups,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 CONFIG = {"vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
           "intermediate_size": 64, "max_position_embeddings": 128}
-
-
-class ReplayByCalling:
-    """CUDA graphs' stand-in on CPU: capture keeps the function (it does not run it, as on a GPU), replay calls
-    it again over the same static buffers; warm-up runs on no side stream; the RNG is the CPU generator."""
-
-    def __init__(self):
-        self.warmed = self.captured = self.replays = 0
-
-    def warm(self, fn):
-        self.warmed += 1
-        fn()
-
-    def capture(self, fn, pool):
-        self.captured += 1
-
-        def replay():
-            self.replays += 1
-            fn()
-
-        return replay, pool or object()
-
-    def get_rng_state(self):
-        return torch.get_rng_state()
-
-    def set_rng_state(self, state):
-        torch.set_rng_state(state)
 
 
 def model_and_optimizer(dropout: float = 0.0, lr: float = 1e-3):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from bertology.train.graphs import GraphedStep
-from bertology.train.step import TrainStep
+from bertology.train.step import TrainStep, param_groups
 
 # Config fields that name or describe a checkpoint without changing what the model computes.
 _DESCRIPTIVE = {"_name_or_path", "architectures", "transformers_version", "id2label", "label2id", "dtype",
@@ -50,9 +50,8 @@ def engine_key(model: torch.nn.Module, *, weight_decay: float, max_grad_norm: fl
             weight_decay, max_grad_norm, str(device), graphed)
 
 
-def take(model: torch.nn.Module, param_groups: Callable[[torch.nn.Module], list[dict]], *, lr: float,
-         weight_decay: float, max_grad_norm: float, device: torch.device, graphed: bool, reuse: bool,
-         log: Callable[[str], None]) -> Engine:
+def take(model: torch.nn.Module, *, lr: float, weight_decay: float, max_grad_norm: float, device: torch.device,
+         graphed: bool, reuse: bool, log: Callable[[str], None]) -> Engine:
     """An engine holding `model`'s weights (a freshly loaded model, on any device): the kept one when it fits
     and `reuse` allows, else a new one (which is kept when `reuse`)."""
     key = engine_key(model, weight_decay=weight_decay, max_grad_norm=max_grad_norm, device=device, graphed=graphed)
@@ -67,7 +66,7 @@ def take(model: torch.nn.Module, param_groups: Callable[[torch.nn.Module], list[
             else "reusing the previous run's model and optimizer")
     else:
         model = model.to(device)
-        optimizer = torch.optim.AdamW(param_groups(model), lr=lr, fused=True)  # one kernel per step on CUDA
+        optimizer = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, fused=True)  # one kernel a step on CUDA
         step = TrainStep(model, optimizer, max_grad_norm=max_grad_norm, device=device)
         engine = Engine(key, model, optimizer, GraphedStep(step, log=log) if graphed else step)
     for group in engine.optimizer.param_groups:  # this run's rate: the schedule starts from it

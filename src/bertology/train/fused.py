@@ -22,11 +22,9 @@ import copy
 
 import torch
 from torch.func import functional_call, stack_module_state, vmap
-from transformers import get_linear_schedule_with_warmup
 
 from bertology.errors import BadInput
-from bertology.train.device import autocast
-from bertology.train.loop import Hyper, param_groups
+from bertology.train.step import TrainStep, param_groups
 
 # Config entries that record where a model came from, not what it computes.
 _PROVENANCE = {"_name_or_path", "transformers_version", "_commit_hash", "architectures"}
@@ -56,51 +54,48 @@ def check_same_architecture(models: list[torch.nn.Module]) -> None:
                                f"{other.get(key, 'none')}, model 0 has {first.get(key, 'none')}")
 
 
-class FusedRuns:
-    """K runs of one architecture as stacked weights, AdamW and a linear schedule with warmup (`hp`'s lr,
-    weight decay, warmup ratio and clipping norm, as `loop.finetune` uses them). The models are copied;
-    the caller may drop them. Parameters frozen in the models stay frozen: they get no gradient, and
-    AdamW skips a parameter without one (`set_trainable` follows a regime's epochs)."""
+class FusedStep(TrainStep):
+    """The training step of K runs of one architecture on one batch: stacked weights, one fused AdamW
+    (`lr`, `weight_decay`: all K share them) and per-run clipping at `max_grad_norm`. The models are copied
+    (the caller may drop them); parameters frozen in them stay frozen: they get no gradient, and AdamW skips
+    a parameter without one (`set_trainable` follows a regime's epochs). `sums` holds one total per run. The
+    schedule steps outside, as for one run; bertology.train.graphs replays this step as it replays one run's.
+    """
 
-    def __init__(self, models: list[torch.nn.Module], hp: Hyper, total_steps: int):
+    def __init__(self, models: list[torch.nn.Module], *, lr: float, weight_decay: float, max_grad_norm: float):
         check_same_architecture(models)
-        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
-            raise BadInput(f"total_steps must be an integer >= 1, got {total_steps!r}")
-        self.k = len(models)
-        self.max_grad_norm = hp.max_grad_norm
         self.params, self.buffers = stack_module_state(models)  # leaves with a leading K dimension
         self._stacked = {**self.params, **self.buffers}
-        self.device = next(iter(self._stacked.values())).device
-        self._base = copy.deepcopy(models[0]).to("meta").train()  # the stateless function of the weights
+        base = copy.deepcopy(models[0]).to("meta").train()  # the stateless function of the weights
         # state_dict key -> stacked name: tied weights appear under each of their names, as in state_dict
         stacked = {id(t): n for n, t in [*models[0].named_parameters(), *models[0].named_buffers()]}
         self._keys = {key: stacked[id(t)] for key, t in models[0].state_dict(keep_vars=True).items()}
-        # loop.param_groups' split (no decay on biases and LayerNorm), mapped to the stacked leaves by name
+        # param_groups' split (no decay on biases and LayerNorm), mapped to the stacked leaves by name
         groups = [{**g, "params": [self.params[stacked[id(p)]] for p in g["params"]]}
-                  for g in param_groups(models[0], hp.weight_decay)]
-        self.optimizer = torch.optim.AdamW(groups, lr=hp.lr, fused=True)
-        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, int(hp.warmup_ratio * total_steps),
-                                                         total_steps)
+                  for g in param_groups(models[0], weight_decay)]
+        optimizer = torch.optim.AdamW(groups, lr=lr, fused=True)
+        super().__init__(base, optimizer, max_grad_norm=max_grad_norm,
+                         device=next(iter(self.params.values())).device, runs=len(models))
+        self.k = len(models)
         self._losses = vmap(self._loss, in_dims=(0, 0, None), randomness="same")
 
     def _loss(self, params: dict, buffers: dict, batch: dict) -> torch.Tensor:
-        return functional_call(self._base, (params, buffers), kwargs=batch).loss
+        return functional_call(self.model, (params, buffers), kwargs=batch).loss
 
-    def step(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """One training step of all K runs on one batch; each run's loss, [K], left on the device (no sync).
-        `.sum().backward()` rather than `vmap(grad)`: SDPA has no backward under vmap, and the runs' losses
+    def loss(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Each run's loss on the one batch, [K]."""
+        return self._losses(self.params, self.buffers, inputs)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """`.sum().backward()` rather than `vmap(grad)`: SDPA has no backward under vmap, and the runs' losses
         are independent, so the sum's gradient is each run's own."""
-        with autocast(self.device):
-            losses = self._losses(self.params, self.buffers, batch)
-        losses.sum().backward()
-        self._clip()
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return losses.detach()
+        loss.sum().backward()
+
+    def parameters(self) -> list[torch.Tensor]:
+        return list(self.params.values())
 
     @torch.no_grad()
-    def _clip(self) -> None:
+    def clip(self) -> None:
         """clip_grad_norm_'s formula per run: clip_grad_norm_ on the stacked tensors would take one norm over
         all K runs, so one run's large gradient would shrink the others' steps. Its foreach kernels over
         each run's gradient slices (views) keep the launches to a few plus K, not two per parameter."""

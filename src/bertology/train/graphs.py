@@ -116,6 +116,7 @@ class GraphedStep:
     """`TrainStep` replayed from CUDA graphs (see the module docstring); the same `sums`, `total`, `reset`."""
 
     def __init__(self, step: TrainStep, backend=None, log: Callable[[str], None] = print):
+        """`step`: one run's, or K fused runs' (bertology.train.fused), eager step."""
         self.step, self.backend, self.log = step, backend or CudaBackend(), log
         self.sums, self.total, self.reset = step.sums, step.total, step.reset
         self.graphs: dict[tuple, _Graph] = {}
@@ -126,7 +127,7 @@ class GraphedStep:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> None:
         inputs = host_tensors(batch, pin=self.step.device.type == "cuda")
-        params = list(self.step.model.parameters())
+        params = self.step.parameters()
         key = (tuple((name, tuple(t.shape), t.dtype) for name, t in sorted(inputs.items())),
                tuple(p.requires_grad for p in params))
         graph = self.graphs.get(key)
@@ -152,8 +153,8 @@ class GraphedStep:
         def forward_backward() -> None:
             for _ in range(WARMUP_STEPS):
                 with autocast(step.device):
-                    loss = step.model(**graph_inputs(static)).loss
-                loss.backward()
+                    loss = step.loss(graph_inputs(static))
+                step.backward(loss)
                 step.optimizer.zero_grad(set_to_none=True)
 
         self.backend.warm(forward_backward)

@@ -125,16 +125,6 @@ class FinetuneResult:
     capture_seconds: float = 0.0  # of train_seconds, the CUDA graphs' warm-ups and captures (once per shape)
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on weight matrices and embeddings only. Every parameter is in a group: a regime
-    freezes by `requires_grad`, and AdamW leaves a parameter without a gradient untouched."""
-    no_decay = {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()}
-    decay, plain = [], []
-    for name, p in model.named_parameters():
-        (plain if name.endswith("bias") or id(p) in no_decay else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
-
-
 def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp: Hyper, seed: int,
              out_dir: str | Path, *, device: str | torch.device | None = None,
              log: Callable[[str], None] = print, state: StateSink | None = None, new_head: bool = False,
@@ -159,8 +149,8 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
     loaded = head.load(model_dir, new_head=new_head, device="cpu")
     hp.schedule.check(loaded.config.num_hidden_layers)
     # the model, AdamW and the step: the previous run's in this process when they fit (their graphs too)
-    engine = take(loaded, lambda m: param_groups(m, hp.weight_decay), lr=hp.lr, weight_decay=hp.weight_decay,
-                  max_grad_norm=hp.max_grad_norm, device=device, graphed=graphed, reuse=not hp.compile, log=log)
+    engine = take(loaded, lr=hp.lr, weight_decay=hp.weight_decay, max_grad_norm=hp.max_grad_norm, device=device,
+                  graphed=graphed, reuse=not hp.compile, log=log)
     model, optimizer, train_step = engine.model, engine.optimizer, engine.step
     del loaded
     examples = Encoded.from_table(train)

@@ -19,15 +19,27 @@ from bertology.train.device import autocast, to_device
 SINCE_EVALUATION, SINCE_CONSOLE_LINE, SINCE_SERIES_POINT = range(3)
 
 
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on weight matrices and embeddings only. Every parameter is in a group: a regime
+    freezes by `requires_grad`, and AdamW leaves a parameter without a gradient untouched."""
+    no_decay = {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()}
+    decay, plain = [], []
+    for name, p in model.named_parameters():
+        (plain if name.endswith("bias") or id(p) in no_decay else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
+
+
 class TrainStep:
     """forward -> backward -> clip the gradient norm -> AdamW -> add the loss to `sums`, eagerly.
 
-    The learning-rate schedule steps outside, on the host: it only writes the optimizer's `lr`."""
+    The learning-rate schedule steps outside, on the host: it only writes the optimizer's `lr`. `loss`,
+    `backward`, `clip` and `parameters` are what K runs fused into one model (bertology.train.fused)
+    change; with `runs` (their number) each slot of `sums` holds one total per run."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, max_grad_norm: float,
-                 device: torch.device):
+                 device: torch.device, runs: int | None = None):
         self.model, self.optimizer, self.max_grad_norm, self.device = model, optimizer, max_grad_norm, device
-        self.sums = torch.zeros(3, device=device)
+        self.sums = torch.zeros((3,) if runs is None else (3, runs), device=device)
         self.kind = "eager"
         self.capture_seconds = 0.0  # graphing's one-time cost (bertology.train.graphs); none here
 
@@ -36,16 +48,30 @@ class TrainStep:
 
     def run(self, inputs: dict[str, torch.Tensor]) -> None:
         with autocast(self.device):
-            loss = self.model(**inputs).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+            loss = self.loss(inputs)
+        self.backward(loss)
+        self.clip()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.sums += loss.detach()
 
-    def total(self, slot: int) -> float:
-        """The running total in `slot`: a host sync, so only at logging and evaluation points."""
-        return self.sums[slot].item()
+    def loss(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(**inputs).loss
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def clip(self) -> None:
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+
+    def parameters(self) -> list[torch.Tensor]:
+        """The tensors AdamW steps (which ones train: their `requires_grad`)."""
+        return list(self.model.parameters())
+
+    def total(self, slot: int) -> float | list[float]:
+        """The running total in `slot` (one per run when fused): a host sync, so only at logging and
+        evaluation points."""
+        return self.sums[slot].tolist()
 
     def reset(self, slot: int) -> None:
         self.sums[slot].zero_()
