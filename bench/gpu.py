@@ -8,7 +8,8 @@ each optimisation, a GLUE sweep estimate and several runs sharing one GPU. Print
 With --out, report.md and figures.json (every figure of the report, and each part's status) are rewritten
 after every measurement, so a call cut off at its limit still returns what was measured; --budget-s stops
 whatever runs at the deadline and skips the rest (bench/gpu_record.py). Parts run in the order of the
-targets they measure (ours, overhead, sweep, concurrency), the diagnostics (optimisations, profile) last.
+targets they measure (ours, fused, overhead, sweep, concurrency), the diagnostics (optimisations, profile)
+last.
 
 What is measured (on CUDA: BERT-base from `BertConfig()` with random weights, so no hub is needed; bf16
 autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
@@ -23,7 +24,10 @@ autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
   MFU = 6 x non-embedding parameters x real (unpadded) tokens / time / peak bf16 dense FLOP/s of the
   device (a table by device name: H100 SXM 989 TFLOP/s, H100 PCIe 756, H200 989, A100 312); attention's
   own FLOPs (small at length <= 128) and pad tokens are not counted.
-- optimisations: compile on and off, the padding waste (share of pad tokens) with and without length
+- fused: the steady-state seq/s of one run's step and of K = 1, 2, 4, 8 runs fused into one model
+  (bertology.train.fused), eager and as CUDA graphs, on fixed 32 x 128 batches; "in all" counts every
+  run's sequences.
+- optimisations: eager against the whole step as CUDA graphs (widths in buckets of 32 or 8), compile, the padding waste (share of pad tokens) with and without length
   grouping and with widths bucketed to multiples of 8, training seq/s with and without the buckets, and
   evaluation seq/s at eval batch 128 and 512.
 - profile: where the bare training step's time goes (bench/gpu_profile.py): wall, host CPU and device-busy
