@@ -236,6 +236,19 @@ class ReplayByCalling:
         __import__("torch").set_rng_state(state)
 
 
+def synthetic_sst2():
+    """Synthetic SST-2's train and validation splits and a word-level tokenizer of exactly their words."""
+    from transformers import BertTokenizerFast
+
+    from bertology.tasks import get_task, load_split
+
+    task = get_task("sst2")
+    train, val = load_split(task, "synthetic", "train"), load_split(task, "synthetic", "validation")
+    words = sorted({w for text in [*train["text_a"], *val["text_a"]] for w in text.split()})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    return train, val, BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)})
+
+
 ARGO_FIXTURES = Path(__file__).parent / "fixtures" / "argo"
 
 

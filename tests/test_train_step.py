@@ -17,7 +17,7 @@ import functools
 import numpy as np
 import pytest
 import torch
-from conftest import Killed, MemorySink, ReplayByCalling
+from conftest import Killed, MemorySink, ReplayByCalling, synthetic_sst2
 from safetensors.torch import load_file
 from transformers import (
     BertConfig,
@@ -33,7 +33,6 @@ from bertology.train import Hyper, engine, finetune, loop
 from bertology.train.graphs import (
     GraphedStep,
     create_optimizer_state,
-    graph_inputs,
     use_device_lr,
     use_graphs,
 )
@@ -43,6 +42,7 @@ from bertology.train.step import (
     SINCE_EVALUATION,
     SINCE_SERIES_POINT,
     TrainStep,
+    graph_inputs,
     param_groups,
 )
 
@@ -253,18 +253,12 @@ def test_the_loop_runs_graphed_and_a_killed_graphed_run_resumes_bit_for_bit(tiny
 @pytest.fixture(scope="module")
 def tiny_sst2(tmp_path_factory):
     """A 2-layer BERT with a word-level vocabulary and 48 synthetic SST-2 rows."""
-    from transformers import BertTokenizerFast
-
     from bertology.data import subset_indices, tokenize_split
-    from bertology.tasks import load_split
 
-    train_ds, val_ds = load_split(TASK, "synthetic", "train"), load_split(TASK, "synthetic", "validation")
-    words = sorted({w for text in [*train_ds["text_a"], *val_ds["text_a"]] for w in text.split()})
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
-    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)})
+    train_ds, val_ds, tokenizer = synthetic_sst2()
     model_dir = tmp_path_factory.mktemp("tiny-bert")
     torch.manual_seed(0)
-    BertForSequenceClassification(BertConfig(**{**CONFIG, "vocab_size": len(vocab)})).save_pretrained(model_dir)
+    BertForSequenceClassification(BertConfig(**{**CONFIG, "vocab_size": len(tokenizer)})).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     train = tokenize_split(train_ds.select(subset_indices(train_ds["label"], count=48, seed=0)), TASK, tokenizer,
                            max_length=32)

@@ -8,12 +8,14 @@ of the stacked gradients, and one fused AdamW over the stacked leaves acts as K 
 elementwise). Clipping is per run. All K runs share the learning rate and its schedule (runs are grouped
 by lr), the weight decay and the clipping norm.
 
-Dropout under `randomness="same"` draws one mask for all K, shaped and drawn as one solo step draws it
-(on CPU, `empty_like(x).bernoulli_(1 - p)` either way): with the generator where each solo run's is (the
-same seed, and loading each model drew as much from it), every fused run sees its solo run's masks, within
-float noise (tests/test_fused.py; unchecked on CUDA, whose dropout is another kernel). Variants whose
-loading draws differently (another head's initialisation) would see the last-loaded run's stream, and
-fused numbers differ from solo ones in float noise anyway, so fusing belongs in a run's identity.
+Dropout under `randomness="same"` draws one mask per dropout call, shaped as one run's activations, for
+all K runs, and attention runs eagerly (not SDPA), so that its dropout is such a call too: under vmap, SDPA's
+CUDA kernels draw their attention-dropout masks over all K runs' rows, which would make a run's draws depend
+on how many runs share its step and where it stands among them. A fused run's draws therefore depend on its
+seed alone, and it ends the same whichever runs it is fused with (up to float noise). They are not a run
+alone's draws (a run alone uses SDPA), and fused numbers differ from a run alone's in float noise, so being
+fused is part of a run's identity (`Regime.fused`); K, how many train at once, is not. On CPU, with dropout,
+each fused run still draws its run-alone's masks (tests/test_fused.py).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class FusedStep(TrainStep):
         self.params, self.buffers = stack_module_state(models)  # leaves with a leading K dimension
         self._stacked = {**self.params, **self.buffers}
         base = copy.deepcopy(models[0]).to("meta").train()  # the stateless function of the weights
+        base.set_attn_implementation("eager")  # attention dropout as one mask for all K (module docstring)
         # state_dict key -> stacked name: tied weights appear under each of their names, as in state_dict
         stacked = {id(t): n for n, t in [*models[0].named_parameters(), *models[0].named_buffers()]}
         self._keys = {key: stacked[id(t)] for key, t in models[0].state_dict(keep_vars=True).items()}
@@ -84,7 +87,15 @@ class FusedStep(TrainStep):
 
     def loss(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Each run's loss on the one batch, [K]."""
+        if inputs["attention_mask"].dim() == 2:
+            inputs = self.graph_inputs(inputs)
         return self._losses(self.params, self.buffers, inputs)
+
+    def graph_inputs(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The mask as eager attention adds it, [batch, 1, 1, width] (0 where attended, the float minimum at
+        padding): one tensor for all K, never checked on the host."""
+        mask = inputs["attention_mask"][:, None, None, :]
+        return {**inputs, "attention_mask": (1.0 - mask.float()) * torch.finfo(torch.float32).min}
 
     def backward(self, loss: torch.Tensor) -> None:
         """`.sum().backward()` rather than `vmap(grad)`: SDPA has no backward under vmap, and the runs' losses
@@ -123,6 +134,16 @@ class FusedStep(TrainStep):
         eager model that `head.evaluate` scores or `save_pretrained` writes."""
         i = self._run(i)
         return {key: self._stacked[name][i].detach().clone() for key, name in self._keys.items()}
+
+    def stacked(self) -> dict[str, torch.Tensor]:
+        """Every run's weights at once, by stacked name (a resume state's)."""
+        return dict(self._stacked)
+
+    @torch.no_grad()
+    def load_stacked(self, state: dict[str, torch.Tensor]) -> None:
+        """What `stacked` returned, copied into the stacked tensors in place (a captured graph reads them)."""
+        for name, tensor in self._stacked.items():
+            tensor.copy_(state[name])
 
     @torch.no_grad()
     def load(self, i: int, state: dict[str, torch.Tensor]) -> None:

@@ -15,9 +15,9 @@ How (the pattern of PyTorch's "whole-network capture", CUDA semantics notes):
   since state created during capture would be re-created on every replay;
 - each new graph is warmed up (forward and backward, on a side stream, as the notes ask) with the RNG
   state restored afterwards and the gradients dropped, so warming up trains nothing and draws no dropout;
-- the attention mask goes in as a 4-D boolean mask, which transformers passes to SDPA as it is: a 2-D
-  mask makes it test on the host whether the batch has padding (`masking_utils`, a sync that capture
-  forbids, transformers#36123);
+- the attention mask goes in 4-D (`TrainStep.graph_inputs`), which transformers passes to the attention as
+  it is: a 2-D mask makes it test on the host whether the batch has padding (`masking_utils`, a sync that
+  capture forbids, transformers#36123);
 - autocast runs without its weight cache (a cached cast would be captured once and never refreshed);
 - all graphs share one memory pool: nothing a replay allocates outlives it (gradients and activations are
   used and freed within the step; weights, optimizer state, sums and inputs live outside the pool), so
@@ -76,13 +76,6 @@ def use_graphs(device: torch.device, *, cuda_graph: bool, compiled: bool) -> boo
 class _Graph:
     replay: Callable[[], None]
     inputs: dict[str, torch.Tensor] = field(default_factory=dict)  # the static buffers it reads
-
-
-def graph_inputs(static: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The model's inputs from the static buffers, with the attention mask as [batch, 1, 1, width] booleans
-    (True: attend), which transformers hands to SDPA unchecked."""
-    mask = static["attention_mask"]
-    return {**static, "attention_mask": mask[:, None, None, :].bool()}
 
 
 def use_device_lr(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
@@ -153,14 +146,14 @@ class GraphedStep:
         def forward_backward() -> None:
             for _ in range(WARMUP_STEPS):
                 with autocast(step.device):
-                    loss = step.loss(graph_inputs(static))
+                    loss = step.loss(step.graph_inputs(static))
                 step.backward(loss)
                 step.optimizer.zero_grad(set_to_none=True)
 
         self.backend.warm(forward_backward)
         self.backend.set_rng_state(rng)
         step.optimizer.zero_grad(set_to_none=True)
-        replay, self.pool = self.backend.capture(lambda: step.run(graph_inputs(static)), self.pool)
+        replay, self.pool = self.backend.capture(lambda: step.run(step.graph_inputs(static)), self.pool)
         shape = "x".join(map(str, static["input_ids"].shape))
         self.log(f"cuda graph {len(self.graphs) + 1}: batch {shape}, {len(trainable)} trainable tensors")
         return _Graph(replay, static)

@@ -50,8 +50,9 @@ from bertology.errors import BadInput
 from bertology.tasks import Task
 from bertology.train import regimes
 from bertology.train.device import compile_model, pad_multiple, pick_device, sync
-from bertology.train.engine import load_optimizer_state, take
-from bertology.train.graphs import WIDTH_BUCKET, use_graphs
+from bertology.train.engine import load_optimizer_state, release, take
+from bertology.train.fused import FusedStep
+from bertology.train.graphs import WIDTH_BUCKET, GraphedStep, use_graphs
 from bertology.train.heads import head_for
 from bertology.train.state import StateSink, rng_state, set_rng_state, snapshot
 from bertology.train.step import (
@@ -135,24 +136,58 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
     (`hp.selection`: the best point or the last) and tokenizer to `out_dir`. With `state`, resume from its
     newest state and save one every `hp.checkpoint_every` steps. `track(losses, curves)` is called after
     every step with the series so far (an experiment tracker, bertology.tracking, sends the new points)."""
+    return finetune_runs([model_dir], task, train, evals, hp, seed, [out_dir], device=device, log=log, state=state,
+                         new_head=new_head, monitor=monitor, tracks=[track])[0]
+
+
+def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyper, seed: int,
+                  out_dirs: list, *, device: str | torch.device | None = None, log: Callable[[str], None] = print,
+                  state: StateSink | None = None, new_head: bool = False, monitor: Monitor | None = None,
+                  tracks: list | None = None, fused: bool = False, names: list[str] | None = None,
+                  ) -> list[FinetuneResult]:
+    """`finetune` for one run, or with `fused` for K runs of one architecture, task, data, seed and
+    hyper-parameters trained as one stacked model (bertology.train.fused; K = 1 too): each model in
+    `model_dirs` is trained, evaluated and saved to its `out_dirs` entry as `finetune` does, with one
+    resume `state` for them all. `names` (the runs' ids) name the runs in the log and in the resume
+    state's identity. Fused runs take no `monitor` and no `compile`."""
     started = time.perf_counter()
     device = pick_device(device)
+    k = len(model_dirs)
+    names = names or [str(i) for i in range(k)]
+    tracks = tracks or [None] * k
     if not evals:
         raise BadInput("finetune needs at least one eval split (got none)")
     if len(train) == 0:
         raise BadInput(f"the {task.name} training set is empty (0 rows)")
+    if not (k == len(out_dirs) == len(names) == len(tracks) >= 1) or (k > 1 and not fused):
+        raise BadInput(f"finetune trains one run, or K >= 1 fused runs with one output folder and name each "
+                       f"(got {k} models, {len(out_dirs)} folders, {len(names)} names)")
+    if fused and (monitor is not None or hp.compile):
+        raise BadInput("fused runs take no activation monitor (reference) and no compile")
     graphed = use_graphs(device, cuda_graph=hp.cuda_graph, compiled=hp.compile)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dirs[0])
     head = head_for(task, tokenizer)
     head.pad_multiple = hp.pad_multiple or (WIDTH_BUCKET if graphed else pad_multiple(device))
-    torch.manual_seed(seed)  # the task head's initialisation, then dropout
-    loaded = head.load(model_dir, new_head=new_head, device="cpu")
-    hp.schedule.check(loaded.config.num_hidden_layers)
-    # the model, AdamW and the step: the previous run's in this process when they fit (their graphs too)
-    engine = take(loaded, lr=hp.lr, weight_decay=hp.weight_decay, max_grad_norm=hp.max_grad_norm, device=device,
-                  graphed=graphed, reuse=not hp.compile, log=log)
-    model, optimizer, train_step = engine.model, engine.optimizer, engine.step
+    loaded = []
+    for model_dir in model_dirs:
+        torch.manual_seed(seed)  # the task head's initialisation, then dropout: as each run alone draws them
+        loaded.append(head.load(model_dir, new_head=new_head, device="cpu"))
+    hp.schedule.check(loaded[0].config.num_hidden_layers)
+    if fused:  # K stacked runs; `model` is an eager model of their architecture: it evaluates and saves each
+        release()
+        model = loaded[0].to(device)
+        train_step = FusedStep([m.to(device) for m in loaded], lr=hp.lr, weight_decay=hp.weight_decay,
+                               max_grad_norm=hp.max_grad_norm)
+        optimizer = train_step.optimizer
+        if graphed:
+            train_step = GraphedStep(train_step, log=log)
+        log(f"fused: {k} runs trained as one model ({', '.join(names)})")
+    else:  # the model, AdamW and the step: the previous run's in this process when they fit (graphs too)
+        engine = take(loaded[0], lr=hp.lr, weight_decay=hp.weight_decay, max_grad_norm=hp.max_grad_norm,
+                      device=device, graphed=graphed, reuse=not hp.compile, log=log)
+        model, optimizer, train_step = engine.model, engine.optimizer, engine.step
     del loaded
+    runs = _Runs(model, train_step.step if fused and graphed else train_step, fused, k)
     examples = Encoded.from_table(train)
     steps_per_epoch = math.ceil(len(examples) / hp.batch_size)
     total_steps = steps_per_epoch * hp.epochs
@@ -163,27 +198,28 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
         f"on {device}")
 
     # What a resume state must have been made by: everything that decides the result.
-    identity = {**{k: v for k, v in dataclasses.asdict(hp).items() if k not in Hyper.EXECUTION},
+    identity = {**{key: v for key, v in dataclasses.asdict(hp).items() if key not in Hyper.EXECUTION},
                 "seed": seed, "num_train": len(examples), "task": task.name, "new_head": new_head,
-                "monitor": monitor is not None}
+                "monitor": monitor is not None, **({"fused": names} if fused else {})}
     step, train_seconds, eval_seconds = 0, 0.0, 0.0
-    curves, monitored, best_state, best = [], [], None, None
+    curves, monitored, best_state, best = [[] for _ in names], [], [None] * k, [None] * k
     start_epoch, start_batch = 1, 0
-    loss_steps, series_steps, losses = 0, 0, []  # steps since the last evaluation point / series point
+    loss_steps, series_steps, losses = 0, 0, [[] for _ in names]  # steps since the last evaluation / series point
     saved = state.load() if state is not None else None
     if saved is not None and saved.get("identity") != identity:
         log(f"resume state was made by another configuration ({saved.get('identity')}); ignored")
         saved = None
     if saved is not None:
-        model.load_state_dict(saved["model"])
+        runs.load_weights(saved["model"])
         load_optimizer_state(optimizer, saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         step, train_seconds, eval_seconds = saved["step"], saved["train_seconds"], saved["eval_seconds"]
-        curves, monitored, best_state, best = saved["curves"], saved["monitor"], saved["best_state"], saved["best"]
+        curves, best_state, best = runs.unpack(saved["curves"]), runs.unpack(saved["best_state"]), runs.unpack(saved["best"])
+        monitored = saved["monitor"]
         start_epoch, start_batch = saved["epoch"], saved["batch"]
         loss_steps = saved["loss_steps"]
         if "losses" in saved:  # states saved before the series existed resume without its past points
-            losses, series_steps = saved["losses"], saved["series_steps"]
+            losses, series_steps = runs.unpack(saved["losses"]), saved["series_steps"]
         started -= saved["elapsed"]
         set_rng_state(saved["rng"])
         log(f"resuming at step {step}/{total_steps} (epoch {start_epoch}, batch {start_batch})")
@@ -198,44 +234,48 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
     untrained = hp.schedule.name == "none"  # the model as built is the result: one evaluation, no steps
 
     def evaluation_point(epoch: int) -> None:
-        """Evaluate every split (and the monitor) now; keep a copy of the weights when this is the best point
-        and the best point is the result (selection `best`: under `last` the weights at the end are)."""
-        nonlocal eval_seconds, best, best_state, loss_steps
+        """Evaluate every split (and the monitor) now, for each run; keep a copy of a run's weights when this
+        is its best point and the best point is the result (selection `best`: under `last` the weights at the
+        end are)."""
+        nonlocal eval_seconds, loss_steps
         eval_start = time.perf_counter()
-        row = {"epoch": epoch, "step": step,
-               "train_loss": train_step.total(SINCE_EVALUATION) / loss_steps if loss_steps else None,
-               "lr": current_lr(scheduler)}
+        train_losses = runs.unpack(train_step.total(SINCE_EVALUATION)) if loss_steps else [None] * k
+        lr = current_lr(scheduler)
         train_step.reset(SINCE_EVALUATION)
+        for run in range(k):
+            runs.use(run)
+            row = {"epoch": epoch, "step": step,
+                   "train_loss": train_losses[run] / loss_steps if loss_steps else None, "lr": lr}
+            for split, data in evals.items():
+                split_metrics, _ = head.evaluate(model, data, batch_size=hp.eval_batch_size, device=device)
+                row.update({f"{split}/{name}": value for name, value in split_metrics.items()})
+            if monitor is not None:
+                monitored.extend({"epoch": epoch, "step": step, **r} for r in monitor(model))
+            row["seconds"] = time.perf_counter() - started
+            curves[run].append(row)
+            # The point before any training step is a reference on the curve, never the result (but with
+            # regime `none` it is the only point).
+            top = curves[run][best[run]] if best[run] is not None else None
+            improved = (step > 0 or untrained) and (
+                top is None or (row[primary] < top[primary] if task.lower_is_better else row[primary] > top[primary]))
+            if improved:
+                best[run] = len(curves[run]) - 1
+                if hp.selection == "best":
+                    best_state[run] = runs.weights(run)
+            loss = "" if row["train_loss"] is None else f"train_loss {row['train_loss']:.4f} "
+            log(("" if not fused else f"run {names[run]}: ") + f"epoch {epoch} step {step}: {loss}"
+                + " ".join(f"{key} {v:.4f}" for key, v in row.items() if "/" in key) + (" (best)" if improved else ""))
         loss_steps = 0
-        for split, data in evals.items():
-            split_metrics, _ = head.evaluate(model, data, batch_size=hp.eval_batch_size, device=device)
-            row.update({f"{split}/{name}": value for name, value in split_metrics.items()})
-        if monitor is not None:
-            monitored.extend({"epoch": epoch, "step": step, **r} for r in monitor(model))
         eval_seconds += time.perf_counter() - eval_start
-        row["seconds"] = time.perf_counter() - started
-        curves.append(row)
-        # The point before any training step is a reference on the curve, never the result (but with
-        # regime `none` it is the only point).
-        improved = (step > 0 or untrained) and (
-            best is None or (row[primary] < curves[best][primary] if task.lower_is_better
-                             else row[primary] > curves[best][primary]))
-        if improved:
-            best = len(curves) - 1
-            if hp.selection == "best":
-                best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        loss = "" if row["train_loss"] is None else f"train_loss {row['train_loss']:.4f} "
-        log(f"epoch {epoch} step {step}: {loss}" + " ".join(f"{k} {v:.4f}" for k, v in row.items() if "/" in k)
-            + (" (best)" if improved else ""))
 
-    if (hp.eval_every or untrained) and not curves:
+    if (hp.eval_every or untrained) and not curves[0]:
         evaluation_point(start_epoch)
     for epoch in range(start_epoch, (0 if untrained else hp.epochs) + 1):
         model.train()
-        trainable = regimes.apply(model, hp.schedule, epoch)
+        trainable = runs.apply_regime(hp.schedule, epoch)
         if hp.schedule.name != "full":
             log(f"epoch {epoch}: regime {hp.schedule.name} trains "
-                + ", ".join(f"{k} {v:,}" for k, v in trainable.items()) + " parameters")
+                + ", ".join(f"{key} {v:,}" for key, v in trainable.items()) + " parameters")
         epoch_start = time.perf_counter()
         first = start_batch if epoch == start_epoch else 0
         train_step.reset(SINCE_CONSOLE_LINE)
@@ -249,19 +289,20 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
             scheduler.step()
             step, loss_steps, series_steps = step + 1, loss_steps + 1, series_steps + 1
             window_steps, window_seqs = window_steps + 1, window_seqs + len(batch_rows)
-            # the console line: a quarter of an epoch's mean loss and speed (a host sync)
+            # the console line: a quarter of an epoch's mean loss (each run's) and speed (a host sync)
             if (i + 1) % log_every == 0 or i + 1 == steps_per_epoch:
                 now = time.perf_counter()
-                log(f"epoch {epoch}/{hp.epochs} step {step}/{total_steps} "
-                    f"loss {train_step.total(SINCE_CONSOLE_LINE) / window_steps:.4f} "
-                    f"lr {current_lr(scheduler):.2e} {window_seqs / (now - window_start):.1f} seq/s")
+                mean = " ".join(f"{v / window_steps:.4f}" for v in runs.unpack(train_step.total(SINCE_CONSOLE_LINE)))
+                log(f"epoch {epoch}/{hp.epochs} step {step}/{total_steps} loss {mean} "
+                    f"lr {current_lr(scheduler):.2e} {k * window_seqs / (now - window_start):.1f} seq/s")
                 train_step.reset(SINCE_CONSOLE_LINE)
                 window_steps, window_start, window_seqs = 0, now, 0
             # the training-loss series (a host sync per point)
             if hp.log_every and (step % hp.log_every == 0 or step == total_steps):
-                losses.append({"epoch": epoch, "step": step,
-                               "train_loss": train_step.total(SINCE_SERIES_POINT) / series_steps,
-                               "lr": current_lr(scheduler), "seconds": time.perf_counter() - started})
+                lr, now = current_lr(scheduler), time.perf_counter()
+                for run, total in enumerate(runs.unpack(train_step.total(SINCE_SERIES_POINT))):
+                    losses[run].append({"epoch": epoch, "step": step, "train_loss": total / series_steps,
+                                        "lr": lr, "seconds": now - started})
                 train_step.reset(SINCE_SERIES_POINT)
                 series_steps = 0
             # an evaluation point: each epoch's end, and every eval_every steps; training time excludes it
@@ -275,38 +316,82 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
             if state is not None and hp.checkpoint_every and step % hp.checkpoint_every == 0:
                 now = time.perf_counter()
                 state.save({  # best_state is a CPU copy already, never modified in place
-                    **snapshot({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    **snapshot({"model": runs.all_weights(), "optimizer": optimizer.state_dict(),
                                 "scheduler": scheduler.state_dict(), "loss_sum": sums[SINCE_EVALUATION],
-                                "rng": rng_state(), "curves": curves, "monitor": monitored, "losses": losses,
-                                "series_sum": sums[SINCE_SERIES_POINT]}),
+                                "rng": rng_state(), "curves": runs.pack(curves), "monitor": monitored,
+                                "losses": runs.pack(losses), "series_sum": sums[SINCE_SERIES_POINT]}),
                     "identity": identity, "step": step, "epoch": epoch, "batch": i + 1, "loss_steps": loss_steps,
                     "series_steps": series_steps,
-                    "best": best, "best_state": best_state,
+                    "best": runs.pack(best), "best_state": runs.pack(best_state),
                     "train_seconds": train_seconds + now - epoch_start, "eval_seconds": eval_seconds,
                     "elapsed": now - started})
-            if track is not None:
-                track(losses, curves)
+            for run, track in enumerate(tracks):
+                if track is not None:
+                    track(losses[run], curves[run])
 
-    if hp.selection == "best":
-        model.load_state_dict(best_state)
-        point = curves[best]
-    else:  # the weights as training left them, and the evaluation point made of them
-        point = curves[-1]
-    model.save_pretrained(out_dir)  # safetensors (the default since transformers 4.35, the only format in 5)
-    tokenizer.save_pretrained(out_dir)
-    return FinetuneResult(
-        best_epoch=point["epoch"],
-        best_step=point["step"],
-        best_metrics={k: v for k, v in point.items() if "/" in k},
-        curves=curves,
-        losses=losses,
-        monitor=monitored,
-        wall_seconds=time.perf_counter() - started,
-        train_seconds=train_seconds,
-        eval_seconds=eval_seconds,
-        device=str(device),
-        num_train=len(examples),
-        throughput=len(examples) * hp.epochs / train_seconds if train_seconds else 0.0,
-        step_kind="compiled" if hp.compile else train_step.kind,
-        capture_seconds=train_step.capture_seconds,
-    )
+    results = []
+    for run in range(k):
+        if hp.selection == "best":  # the best point's weights
+            runs.use(run, best_state[run])
+            point = curves[run][best[run]]
+        else:  # the weights as training left them, and the evaluation point made of them
+            runs.use(run)
+            point = curves[run][-1]
+        model.save_pretrained(out_dirs[run])  # safetensors (the default since transformers 4.35, the only format in 5)
+        tokenizer.save_pretrained(out_dirs[run])
+        results.append(FinetuneResult(
+            best_epoch=point["epoch"],
+            best_step=point["step"],
+            best_metrics={key: v for key, v in point.items() if "/" in key},
+            curves=curves[run],
+            losses=losses[run],
+            monitor=monitored,
+            wall_seconds=time.perf_counter() - started,
+            train_seconds=train_seconds,
+            eval_seconds=eval_seconds,
+            device=str(device),
+            num_train=len(examples),
+            throughput=len(examples) * hp.epochs / train_seconds if train_seconds else 0.0,
+            step_kind=("compiled" if hp.compile else train_step.kind) + (f", fused x{k}" if fused else ""),
+            capture_seconds=train_step.capture_seconds,
+        ))
+    return results
+
+
+class _Runs:
+    """What the loop trains, seen run by run: one model, or K fused runs whose weights `model` takes in turn
+    (`use`) to be evaluated and saved. Resume states keep a single run's format as it always was."""
+
+    def __init__(self, model: torch.nn.Module, step, fused: bool, k: int):
+        self.model, self.step, self.fused, self.k = model, step, fused, k
+
+    def pack(self, per_run: list):
+        return per_run if self.fused else per_run[0]
+
+    def unpack(self, value) -> list:
+        return value if self.fused else [value]
+
+    def weights(self, run: int) -> dict:
+        """Run `run`'s weights, as a CPU copy."""
+        state = self.step.unstacked(run) if self.fused else self.model.state_dict()
+        return {key: v.detach().to("cpu", copy=True) for key, v in state.items()}
+
+    def all_weights(self) -> dict:
+        return self.step.stacked() if self.fused else self.model.state_dict()
+
+    def load_weights(self, saved: dict) -> None:
+        if self.fused:
+            self.step.load_stacked(saved)
+        else:
+            self.model.load_state_dict(saved)
+
+    def use(self, run: int, weights: dict | None = None) -> None:
+        """Put run `run`'s weights (or `weights`) into `model` (one run: only given weights)."""
+        if self.fused or weights is not None:
+            self.model.load_state_dict(weights if weights is not None else self.step.unstacked(run))
+
+    def apply_regime(self, schedule, epoch: int) -> dict[str, int]:
+        trainable = regimes.apply(self.model, schedule, epoch)
+        if self.fused:
+            self.step.set_trainable(self.model)
+        return trainable

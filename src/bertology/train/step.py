@@ -68,6 +68,10 @@ class TrainStep:
         """The tensors AdamW steps (which ones train: their `requires_grad`)."""
         return list(self.model.parameters())
 
+    def graph_inputs(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`inputs` as a captured graph feeds them: a mask that needs no host-side check."""
+        return graph_inputs(inputs)
+
     def total(self, slot: int) -> float | list[float]:
         """The running total in `slot` (one per run when fused): a host sync, so only at logging and
         evaluation points."""
@@ -75,6 +79,13 @@ class TrainStep:
 
     def reset(self, slot: int) -> None:
         self.sums[slot].zero_()
+
+
+def graph_inputs(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The model's inputs with the attention mask as [batch, 1, 1, width] booleans (True: attend), which
+    transformers hands to SDPA unchecked (a 2-D mask is checked on the host for padding: a sync)."""
+    mask = inputs["attention_mask"]
+    return {**inputs, "attention_mask": mask[:, None, None, :].bool()}
 
 
 def current_lr(scheduler) -> float:
