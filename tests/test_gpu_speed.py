@@ -224,7 +224,7 @@ def test_the_finetune_step_reads_gpu_concurrency_from_the_plan(tmp_path):
     assert shared_gpu.concurrency(store, argparse.Namespace(param=[], plan=ref)) == 3
     assert shared_gpu.concurrency(store, argparse.Namespace(param=["gpu_concurrency=2"], plan=ref)) == 2
     assert shared_gpu.concurrency(store, argparse.Namespace(param=[], plan=None)) == 1
-    with pytest.raises(BadInput, match="gpu_concurrency=K only"):
+    with pytest.raises(BadInput, match="gpu_concurrency=K and fuse=K only"):
         shared_gpu.concurrency(store, argparse.Namespace(param=["bundle=2"], plan=ref))
 
 

@@ -84,3 +84,19 @@ def test_a_regime_schedule_is_part_of_the_run_id_and_roundtrips():
     assert RunSpec.from_dict(frozen.to_dict()) == frozen and frozen.regime.train_layers == (10, 11)
     with pytest.raises(BadInput, match="train_layers must be"):
         Regime.from_dict({"name": "freeze", "train_layers": 3})
+
+
+def test_being_fused_is_part_of_a_run_id_and_every_id_made_before_it_still_holds():
+    """A run trained fused with others (the study parameter fuse) computes something else than the run alone
+    (float noise, the group's shared dropout draws), so `fused: true` is part of its id; at its default it is
+    left out, so the ids made before it existed hold (this one was computed before `fused` existed)."""
+    model = "google-bert/bert-base-uncased"
+    alone = RunSpec(CheckpointSpec(model), DatasetSpec("rte", tokenizer=model), Regime(lr=3e-5, eval_every=50), seed=2)
+    assert alone.id == "2c3efa35a4fe6fad"
+    assert "fused" not in alone.to_dict()["regime"] and "fused" not in alone.to_dict(execution=False)["regime"]
+    fused = RunSpec(alone.checkpoint, alone.dataset, Regime(lr=3e-5, eval_every=50, fused=True), seed=2)
+    assert fused.id != alone.id and fused.to_dict(execution=False)["regime"]["fused"] is True
+    assert RunSpec.from_dict(fused.to_dict()) == fused and RunSpec.from_dict(alone.to_dict()) == alone
+    assert RunSpec.from_dict({**alone.to_dict(), "regime": {**alone.to_dict()["regime"], "fused": False}}).id == alone.id
+    with pytest.raises(BadInput, match="fused must be true or false, got 'yes'"):
+        Regime.from_dict({"fused": "yes"})

@@ -209,13 +209,19 @@ class Regime:
     # "best" on the first eval split, or "last" (bertology.train.loop). Part of the id: a run made with one
     # rule is never reused for the other.
     selection: str = "best"
+    # Trained fused with other runs as one stacked model (bertology.train.fused; the study parameter `fuse`):
+    # eager attention, and one dropout mask per dropout call shared by the group, so the result differs from
+    # the run trained alone (float noise, other dropout draws) but not with the group's size or its other
+    # runs. Part of the id; how many train at once (K) is how the run executes, not part of it.
+    fused: bool = False
 
     SELECTIONS = ("best", "last")
     NAMES = ("full", "freeze", "gradual-unfreeze", "probe", "none")
-    # The schedule's settings (and the selection) are part of the id, but left out at their defaults, so that
-    # ids made before they existed (all `full`, all selecting the best point) still hold.
+    # The schedule's settings (and the selection, and fusing) are part of the id, but left out at their
+    # defaults, so that ids made before they existed (all `full`, all selecting the best point, all trained
+    # alone) still hold.
     SCHEDULE: ClassVar[dict[str, Any]] = {"train_layers": None, "train_embeddings": False, "unfreeze_per_epoch": 4,
-                                          "eval_every": 0, "reference": None, "selection": "best"}
+                                          "eval_every": 0, "reference": None, "selection": "best", "fused": False}
     # How a run executes, not what it computes (like the device): never part of a run id, and left out of
     # to_dict at their defaults, so every id made before they existed still holds.
     EXECUTION: ClassVar[dict[str, Any]] = {"checkpoint_every": 1000, "log_every": 50, "compile": False,
@@ -247,6 +253,7 @@ class Regime:
             unfreeze_per_epoch=as_int(d.get("unfreeze_per_epoch", 4), "unfreeze_per_epoch", 1),
             reference=_reference(d.get("reference")),
             selection=_selection(d.get("selection", "best")),
+            fused=as_bool(d.get("fused", False), "fused"),
         )
 
     def to_dict(self, *, execution: bool = True) -> dict:

@@ -63,8 +63,9 @@ def dry_run(workflow: Path, params: dict, templates: Path, args: argparse.Namesp
 def cost_line(result) -> str | None:
     """`cost: R runs, S training sequences; H GPU-hours solo at T seq/s (device, measured date); fused: …`,
     counted from the plan the dry run wrote (the plan step's `study` and `store` outputs); None for a
-    workflow without a plan. A rates file that cannot be read is named in the line ("no measured rate"):
-    the runs and sequences do not depend on it."""
+    workflow without a plan. A study that fuses its runs (`fuse` K > 1) is priced at the fused rate, or says
+    that it is not measured yet and gives the solo figure. A rates file that cannot be read is named in the
+    line ("no measured rate"): the runs and sequences do not depend on it."""
     from bertology.spec import Cell
     from bertology.steps.planned import load_plan
     from bertology.store import open_store
@@ -87,6 +88,12 @@ def cost_line(result) -> str | None:
     measured = f"{rates.device}, measured {rates.measured}" + (f"; {rates.workload}" if rates.workload else "")
     solo = (f"{_hours(cost.gpu_hours(work.sequences, rates.solo_seq_per_s))} GPU-hours solo at "
             f"{rates.solo_seq_per_s:,.0f} seq/s ({measured})")
+    fuse = (plan.doc.get("execution") or {}).get("fuse", 1)
+    if fuse > 1:  # the study trains its runs fused: the fused rate is its cost
+        if rates.fused_seq_per_s is None:
+            return f"{counted}; fused (fuse {fuse}): not measured yet; {solo}"
+        return (f"{counted}; {_hours(cost.gpu_hours(work.sequences, rates.fused_seq_per_s))} GPU-hours fused "
+                f"(fuse {fuse}) at {rates.fused_seq_per_s:,.0f} seq/s ({measured})")
     fused = ("fused: not measured yet" if rates.fused_seq_per_s is None else
              f"{_hours(cost.gpu_hours(work.sequences, rates.fused_seq_per_s))} GPU-hours fused at "
              f"{rates.fused_seq_per_s:,.0f} seq/s")

@@ -23,11 +23,10 @@ children) at the lengths our names and values have, first attempts only: retries
 from __future__ import annotations
 
 import json
-import math
 
 MAX_NODES = 1000
 MAX_STATUS_BYTES = 512 * 1024  # half of Argo's 1 MiB, so retries and long names keep a margin
-_MAX_AUTO_BUNDLE = 64
+MAX_AUTO_BUNDLE = 64
 _ID = "0123456789abcdef"  # a 16-hex-digit spec id
 
 
@@ -92,9 +91,14 @@ def pod_items(runs: int, bundle: int) -> list[str]:
 
 
 def fits(runs: int, bundle: int, datasets: int, checkpoints: int) -> bool:
-    pods = math.ceil(runs / bundle)
-    return (workflow_nodes(datasets, checkpoints, pods) <= MAX_NODES
-            and status_bytes(datasets, checkpoints, pod_items(runs, bundle)) <= MAX_STATUS_BYTES)
+    return pods_fit(datasets, checkpoints, pod_items(runs, bundle))
+
+
+def pods_fit(datasets: int, checkpoints: int, items: list[str], store: str = "s3://bucket/store",
+             plan: str = "reversed-layers:" + _ID) -> bool:
+    """Whether a Workflow with these cell pods (`items`: each pod's ids, comma-joined) stays in the budget."""
+    return (workflow_nodes(datasets, checkpoints, len(items)) <= MAX_NODES
+            and status_bytes(datasets, checkpoints, items, store, plan) <= MAX_STATUS_BYTES)
 
 
 def auto_bundle(runs: int, datasets: int = 0, checkpoints: int = 0) -> int:
@@ -103,6 +107,6 @@ def auto_bundle(runs: int, datasets: int = 0, checkpoints: int = 0) -> int:
     Bundling cannot shrink the dataset and checkpoint fan-outs; if those alone exceed the budget, the
     largest bundle is returned and the caller reports the overrun."""
     bundle = 1
-    while bundle < _MAX_AUTO_BUNDLE and not fits(runs, bundle, datasets, checkpoints):
+    while bundle < MAX_AUTO_BUNDLE and not fits(runs, bundle, datasets, checkpoints):
         bundle += 1
     return bundle

@@ -17,6 +17,7 @@ in its own process sharing the GPU (bertology.steps.shared_gpu).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
@@ -29,7 +30,7 @@ import pyarrow.parquet as pq
 from bertology import tracking
 from bertology.errors import BadInput
 from bertology.results.tables import TABLES, publish
-from bertology.spec import Cell
+from bertology.spec import Cell, canonical_json
 from bertology.steps import scoring, weight_distance
 from bertology.steps.common import local_model_ref, read_or_rebuild, read_table, run_key
 from bertology.steps.harness import require_cells
@@ -87,28 +88,25 @@ def _outputs(store: Store, cell: Cell) -> dict:
 
 
 def train_run(store: Store, cell: Cell) -> None:
-    """Fine-tune the cell's run and publish its artifact (resuming from its stored training state)."""
-    run = cell.run
-    key = run_key(run.id, "finetune")
-    state_key = run_key(run.id, "finetune-state")
+    """Fine-tune the cell's run and publish its artifact (resuming from its stored training state); a fused
+    run (`regime.fused`) trains through the fused code, alone."""
+    train_runs(store, [cell])
+
+
+def train_runs(store: Store, cells: list[Cell]) -> None:
+    """Fine-tune the cells' runs and publish each one's artifact: one run, or fused runs of one architecture,
+    dataset, regime and seed trained as one model (bertology.train.fused), with one resume state, under the
+    first run's `finetune-state/`."""
     from bertology import tasks
     from bertology.train import Hyper, head_for
-    from bertology.train import finetune as train
+    from bertology.train.loop import finetune_runs
     from bertology.train.regimes import Schedule
     from bertology.train.state import StoreSlots
 
+    run = cells[0].run
+    fused = run.regime.fused
     task = tasks.get_task(run.dataset.task)
-    if run.after is not None:
-        intermediate = Cell(cell.study, cell.variant, cell.model, run.after, keep_weights=True)
-        if not store.is_done(run_key(run.after.id, "finetune")):
-            log.info("run %s: training its intermediate run %s (%s) first", run.id, run.after.id,
-                     run.after.dataset.task)
-        finetune(store, intermediate)
-        after = run_key(run.after.id, "finetune")
-        start_dir = read_or_rebuild(store, after, lambda: store.local_dir(after) / "model",
-                                    lambda: finetune(store, intermediate))
-    else:
-        start_dir = checkpoint_dir(store, run.checkpoint)
+    start_dirs = [_start_dir(store, cell) for cell in cells]
     data_dir = dataset_dir(store, run.dataset)
     train_table = pq.read_table(data_dir / "train.parquet")
     head = head_for(task)
@@ -123,34 +121,63 @@ def train_run(store: Store, cell: Cell) -> None:
         from bertology import models
         from bertology.train.activation_distance import ActivationDistance
 
-        start = models.parse_model_ref(f"dir:{start_dir}")
+        start = models.parse_model_ref(f"dir:{start_dirs[0]}")
         monitor = ActivationDistance(local_model_ref(r.reference), json.loads((data_dir / "probe.json").read_text()),
                                      tokenizer=models.load_tokenizer(start), max_length=run.dataset.max_length)
         monitor.check(models.load_config(start))
-    state = StoreSlots(store, state_key, log=log.info)
-    log.info("run %s: %s %s on %s, seed %d (%d training rows)", run.id, cell.variant, cell.model,
-             task.name, run.seed, train_table.num_rows)
-    tracker = tracking.start(r.tracker, store, cell)
-    with tracking.running(tracker), store.artifact(key, {"spec": run.to_dict(), "weights": cell.keep_weights}) as out:
-        result = train(start_dir, task, train_table, evals, hp, run.seed, out / "model", log=log.info,
-                       state=state, new_head=run.after is not None, monitor=monitor,
-                       track=tracker and tracker.update)
-        if tracker is not None:  # a run without steps (regime none) has only its evaluation point
-            tracker.update(result.losses, result.curves)
-        pq.write_table(curves_table(result.curves, result.losses), out / "curves.parquet")
-        if monitor is not None:
-            rows = [{"reference": r.reference, **row} for row in result.monitor]
-            pq.write_table(pa.Table.from_pylist(rows), out / "activations.parquet")
-        (out / "result.json").write_text(json.dumps({
-            "best_epoch": result.best_epoch, "best_step": result.best_step, "best_metrics": result.best_metrics,
-            "wall_seconds": result.wall_seconds, "device": result.device, "num_train": result.num_train,
-            "throughput": result.throughput, "step_kind": result.step_kind, "epochs": r.epochs}, indent=2))
-        if not cell.keep_weights:  # used here, before they leave the pod, then dropped
-            trained = json.loads((out / "result.json").read_text())
-            scoring.score(store, cell, out / "model", trained)
-            weight_distance.measure(store, cell, out / "model")
-            shutil.rmtree(out / "model")
+    state = StoreSlots(store, run_key(run.id, "finetune-state"), log=log.info)
+    for cell in cells:
+        log.info("run %s: %s %s on %s, seed %d (%d training rows)%s", cell.run.id, cell.variant, cell.model,
+                 task.name, cell.run.seed, train_table.num_rows, ", fused" if fused else "")
+    trackers = [tracking.start(r.tracker, store, cell) for cell in cells]
+    with contextlib.ExitStack() as stack:
+        for tracker in trackers:
+            stack.enter_context(tracking.running(tracker))
+        outs = [stack.enter_context(store.artifact(run_key(cell.run.id, "finetune"),
+                                                   {"spec": cell.run.to_dict(), "weights": cell.keep_weights}))
+                for cell in cells]
+        results = finetune_runs(start_dirs, task, train_table, evals, hp, run.seed, [out / "model" for out in outs],
+                                log=log.info, state=state, new_head=run.after is not None, monitor=monitor,
+                                tracks=[tracker and tracker.update for tracker in trackers], fused=fused,
+                                names=[cell.run.id for cell in cells])
+        for cell, tracker, out, result in zip(cells, trackers, outs, results):
+            if tracker is not None:  # a run without steps (regime none) has only its evaluation point
+                tracker.update(result.losses, result.curves)
+            _write_outputs(store, cell, out, result, monitor is not None)
     state.clear()
+
+
+def _start_dir(store: Store, cell: Cell) -> Path:
+    """The weights the cell's run starts from: its checkpoint, or (a sequential run) its intermediate run's
+    fine-tuned weights, trained first if they are not yet."""
+    run = cell.run
+    if run.after is None:
+        return checkpoint_dir(store, run.checkpoint)
+    intermediate = Cell(cell.study, cell.variant, cell.model, run.after, keep_weights=True)
+    if not store.is_done(run_key(run.after.id, "finetune")):
+        log.info("run %s: training its intermediate run %s (%s) first", run.id, run.after.id, run.after.dataset.task)
+    finetune(store, intermediate)
+    after = run_key(run.after.id, "finetune")
+    return read_or_rebuild(store, after, lambda: store.local_dir(after) / "model", lambda: finetune(store, intermediate))
+
+
+def _write_outputs(store: Store, cell: Cell, out: Path, result, monitored: bool) -> None:
+    """A trained run's curves, activation distances and result.json into its artifact; scored and measured
+    here, and its weights dropped, when they are not kept."""
+    r = cell.run.regime
+    pq.write_table(curves_table(result.curves, result.losses), out / "curves.parquet")
+    if monitored:
+        rows = [{"reference": r.reference, **row} for row in result.monitor]
+        pq.write_table(pa.Table.from_pylist(rows), out / "activations.parquet")
+    (out / "result.json").write_text(json.dumps({
+        "best_epoch": result.best_epoch, "best_step": result.best_step, "best_metrics": result.best_metrics,
+        "wall_seconds": result.wall_seconds, "device": result.device, "num_train": result.num_train,
+        "throughput": result.throughput, "step_kind": result.step_kind, "epochs": r.epochs}, indent=2))
+    if not cell.keep_weights:  # used here, before they leave the pod, then dropped
+        trained = json.loads((out / "result.json").read_text())
+        scoring.score(store, cell, out / "model", trained)
+        weight_distance.measure(store, cell, out / "model")
+        shutil.rmtree(out / "model")
 
 
 def redo_from_weights(store: Store, cell: Cell, redo: Callable[[], object]) -> None:
@@ -184,10 +211,44 @@ def trained_result(store: Store, cell: Cell) -> dict:
                            lambda: train_run(store, cell))
 
 
+def fused_groups(store: Store, cells: list[Cell], k: int) -> list[list[Cell]]:
+    """The cells as groups of at most `k` runs that can train as one model: the same dataset, regime, seed
+    and start, and checkpoints of one architecture (their configs, less what only names them). A run
+    whose architecture no other run of the pod shares (a variant that removes layers) is a group of one."""
+    from bertology.train.engine import DESCRIPTIVE
+
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        run = cell.run
+        config = json.loads((checkpoint_dir(store, run.checkpoint) / "config.json").read_text())
+        architecture = canonical_json({key: v for key, v in config.items() if key not in DESCRIPTIVE})
+        key = (run.dataset.id, canonical_json(run.regime.to_dict()), run.seed, run.after and run.after.id, architecture)
+        groups.setdefault(key, []).append(cell)
+    for group in groups.values():
+        if len(group) == 1 and len(cells) > 1:
+            log.info("run %s (%s, %s): no other run of this pod shares its architecture, data, regime and seed; "
+                     "fused alone (K = 1)", group[0].run.id, group[0].variant, group[0].model)
+    return [group[i:i + k] for group in groups.values() for i in range(0, len(group), k)]
+
+
 def run(store: Store, args) -> None:
     from bertology.steps import shared_gpu
 
     cells = require_cells(store, args, "finetune")
+    if any(cell.run.regime.fused for cell in cells):  # the study's fuse K: groups of runs as one model each
+        for group in fused_groups(store, cells, shared_gpu.execution_setting(store, args, "fuse")):
+            todo = []
+            for cell in group:
+                key = run_key(cell.run.id, "finetune")
+                if store.is_done(key) and cell.keep_weights and not store.exists(f"{key}/model/config.json"):
+                    store.delete_prefix(key)  # finished without the weights needed now (as `finetune` does)
+                if not store.is_done(key):
+                    todo.append(cell)
+            if todo:
+                train_runs(store, todo)
+            for cell in group:  # each finished now: publishes its tables (`finetune` as for any cached run)
+                finetune(store, cell)
+        return
     k = shared_gpu.concurrency(store, args)
     if k > 1 and len(cells) > 1:  # the study's gpu_concurrency: K cells at once, each its own process
         shared_gpu.run_cells(store, cells, k, finetune)

@@ -16,7 +16,7 @@ from bertology import tasks, tiny_pretrain
 from bertology.errors import BadInput, TooSmall
 from bertology.results import receipts
 from bertology.results.tables import CELL_TABLES, results_key
-from bertology.spec import TINY_BERT, Intervention, canonical_json
+from bertology.spec import TINY_BERT, Cell, Intervention, canonical_json
 from bertology.steps import budget, planned, timing
 from bertology.steps.common import model_config, run_key
 from bertology.steps.harness import write_outputs
@@ -130,11 +130,45 @@ def _datasets_of(run) -> list:
     return datasets
 
 
+def fusable(cell: Cell) -> tuple[str, str, int]:
+    """What runs trained as one model share (bertology.train.fused): the dataset (and so the batches, a pure
+    function of the seed and epoch), the regime (learning rate, schedule, weight decay, clipping) and the seed."""
+    return cell.run.dataset.id, canonical_json(cell.run.regime), cell.run.seed
+
+
+def fusing_order(cells: list[Cell]) -> list[Cell]:
+    """The cells with those that can train together adjacent: a stable sort by `fusable`, its groups in the
+    order of their first cell (the table order otherwise)."""
+    first: dict[tuple, int] = {}
+    for cell in cells:
+        first.setdefault(fusable(cell), len(first))
+    return sorted(cells, key=lambda cell: first[fusable(cell)])
+
+
+def pack(cells: list[Cell], bundle: int, fuse: int = 1) -> list[list[Cell]]:
+    """The cells, in order, into pods of at most `bundle`, never splitting a group the finetune step trains
+    as one model: up to `fuse` adjacent cells with the same `fusable` key. With fuse 1, `bundle` at a time."""
+    groups: list[list[Cell]] = []
+    for cell in cells:
+        if groups and len(groups[-1]) < fuse and fusable(groups[-1][0]) == fusable(cell):
+            groups[-1].append(cell)
+        else:
+            groups.append([cell])
+    pods: list[list[Cell]] = []
+    for group in groups:
+        if pods and len(pods[-1]) + len(group) <= bundle:
+            pods[-1].extend(group)
+        else:
+            pods.append(list(group))
+    return pods
+
+
 def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
     """Write the plan (every spec, once) and return Argo's work lists: plain tokens only (see planned)."""
     cells = spec.cells()
     plan = {"study": spec.name, "study_id": spec.id, "spec": {**spec.to_dict(), "baseline": spec.baseline},
-            "preset_changes": list(changes), "execution": {"gpu_concurrency": spec.gpu_concurrency},
+            "preset_changes": list(changes),
+            "execution": {"gpu_concurrency": spec.gpu_concurrency, "fuse": spec.fuse},
             "cells": [json.loads(canonical_json(c)) for c in cells],
             "datasets": {d.id: json.loads(canonical_json(d)) for c in cells for d in _datasets_of(c.run)},
             "checkpoints": {c.run.checkpoint.id: json.loads(canonical_json(c.run.checkpoint)) for c in cells}}
@@ -148,10 +182,24 @@ def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
     checkpoints = list(dict.fromkeys(c.run.checkpoint.id for c in todo))
     datasets = list(dict.fromkeys(d.id for c in todo for d in _datasets_of(c.run)))
     bundle = spec.bundle or budget.auto_bundle(len(todo), len(datasets), len(checkpoints))
-    pod_cells = [todo[i:i + bundle] for i in range(0, len(todo), bundle)]
-    pods = [",".join(c.run.id for c in pod) for pod in pod_cells]
+    plan_ref = planned.plan_ref(spec.name, spec.id)
+    if spec.fuse > 1:  # runs that train together side by side, and pods of whole groups of them
+        todo = fusing_order(todo)
+        if bundle % spec.fuse:
+            rounded = -(-bundle // spec.fuse) * spec.fuse
+            log.info("fuse %d: %s bundle %d rounded up to %d, so that a pod holds whole groups of fused runs",
+                     spec.fuse, "the study's" if spec.bundle else "the automatic", bundle, rounded)
+            bundle = rounded
+    pod_cells = pack(todo, bundle, spec.fuse)
+    # a group cut short (fewer runs than fuse share a key) can leave room in a pod: automatic bundles grow by
+    # whole groups while the pods are over budget
+    while (spec.fuse > 1 and spec.bundle is None and bundle < budget.MAX_AUTO_BUNDLE
+           and not budget.pods_fit(len(datasets), len(checkpoints), _items(pod_cells), store.uri, plan_ref)):
+        bundle += spec.fuse
+        pod_cells = pack(todo, bundle, spec.fuse)
+    pods = _items(pod_cells)
     nodes = budget.workflow_nodes(len(datasets), len(checkpoints), len(pods))
-    size = budget.status_bytes(len(datasets), len(checkpoints), pods, store.uri, planned.plan_ref(spec.name, spec.id))
+    size = budget.status_bytes(len(datasets), len(checkpoints), pods, store.uri, plan_ref)
     if nodes > budget.MAX_NODES or size > budget.MAX_STATUS_BYTES:
         log.warning("study %s: about %d Argo nodes and %d KiB of workflow status, over the budget of %d nodes "
                     "and %d KiB (set a larger bundle)", spec.name, nodes, size // 1024, budget.MAX_NODES,
@@ -162,12 +210,18 @@ def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
     # the Workflow's `store` parameter reads, which Argo reads again on every reconcile (operator.go
     # setGlobalParameters runs in each operate), so an edit mid-run would move the rest of the study.
     work = {"checkpoints": checkpoints, "datasets": datasets, "runs": pods,
-            "study": planned.plan_ref(spec.name, spec.id), "store": store.uri,
+            "study": plan_ref, "store": store.uri,
             **{f"{step.replace('-', '_')}_deadline": str(s) for step, s in seconds.items()}}
     log.info("deadlines (s): %s", ", ".join(f"{step} {s}" for step, s in seconds.items()))
-    log.info("study %s (%s): %d cells, %d to run in %d pods of up to %d; %d checkpoints, %d datasets to make",
-             spec.name, spec.id, len(cells), len(todo), len(pods), bundle, len(checkpoints), len(datasets))
+    fused = f", runs fused up to {spec.fuse} at once" if spec.fuse > 1 else ""
+    log.info("study %s (%s): %d cells, %d to run in %d pods of up to %d%s; %d checkpoints, %d datasets to make",
+             spec.name, spec.id, len(cells), len(todo), len(pods), bundle, fused, len(checkpoints), len(datasets))
     return work
+
+
+def _items(pods: list[list[Cell]]) -> list[str]:
+    """Argo's fan-out items: each pod's run ids, comma-joined."""
+    return [",".join(c.run.id for c in pod) for pod in pods]
 
 
 def run(store: Store, args) -> None:

@@ -39,18 +39,27 @@ _CHILD = "from bertology.steps.finetune import run; from bertology.steps.harness
 _POLL_SECONDS = 0.2
 
 
+# The finetune step's execution settings: `--param NAME=K` by hand, else the plan's (the study parameter).
+SETTINGS = {"gpu_concurrency": "runs at once per GPU", "fuse": "runs trained as one model"}
+
+
 def concurrency(store: Store, args) -> int:
     """K: `--param gpu_concurrency=K` when given (by hand), else the plan's (the study parameter), else 1."""
+    return execution_setting(store, args, "gpu_concurrency")
+
+
+def execution_setting(store: Store, args, name: str) -> int:
+    """The integer setting `name` (>= 1) of SETTINGS: `--param NAME=K`, else the plan's, else 1."""
     from bertology.study import parse_pairs
 
     params = parse_pairs(args.param or [], "--param")
-    unknown = sorted(set(params) - {"gpu_concurrency"})
+    unknown = sorted(set(params) - set(SETTINGS))
     if unknown:
-        raise BadInput(f"finetune --param takes gpu_concurrency=K only, got '{unknown[0]}'")
-    if "gpu_concurrency" in params:
-        raw = params["gpu_concurrency"]
+        raise BadInput(f"finetune --param takes {' and '.join(f'{s}=K' for s in SETTINGS)} only, got '{unknown[0]}'")
+    if name in params:
+        raw = params[name]
     elif args.plan is not None:
-        raw = (planned.load_plan(store, args.plan).doc.get("execution") or {}).get("gpu_concurrency", 1)
+        raw = (planned.load_plan(store, args.plan).doc.get("execution") or {}).get(name, 1)
     else:
         return 1
     try:
@@ -58,7 +67,7 @@ def concurrency(store: Store, args) -> int:
     except ValueError:
         k = 0
     if k < 1:
-        raise BadInput(f"gpu_concurrency must be an integer >= 1 (runs at once per GPU), got {raw!r}")
+        raise BadInput(f"{name} must be an integer >= 1 ({SETTINGS[name]}), got {raw!r}")
     return k
 
 

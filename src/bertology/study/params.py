@@ -63,6 +63,9 @@ PARAMS: dict[str, tuple[str, str]] = {
     # runs of a pod fine-tuned at once, each its own process sharing the GPU (bertology.steps.shared_gpu);
     # 1 until measured on a GPU (bench/gpu.py measures K = 1, 2, 4)
     "gpu_concurrency": ("int", "1"),
+    # runs of a pod trained as one model, up to K at once (bertology.train.fused); 1: each run alone. A fused
+    # run's id differs from the run alone (fused: true): its numbers differ by float noise and its dropout draws
+    "fuse": ("int", "1"),
     # steps per point of the training-loss series (the college report's Figures 1 and 4); 0: none
     "log_every": ("int", "50"),
     # experiment tracking of each fine-tune: wandb, mlflow or tensorboard; empty: none (never part of a run id)

@@ -60,11 +60,15 @@ class StudySpec:
     not_applied: tuple[tuple[str, str], ...] = ()
     bundle: int | None = None  # runs per pod (None: automatic); how cells are packed, not part of the id
     gpu_concurrency: int = 1  # a pod's runs fine-tuned at once (separate processes); not part of the id
+    # a pod's runs trained as one stacked model, up to K at once (bertology.train.fused): K is not part of any
+    # id, but K > 1 makes every run a fused one (Regime.fused), which is part of its id
+    fuse: int = 1
 
     keep_weights: bool = False  # keep every run's fine-tuned weights (else only intermediate runs keep them)
     deadlines: dict = dataclasses.field(default_factory=dict)  # step -> seconds, over plan's estimates
 
-    OPERATIONAL = ("bundle", "gpu_concurrency", "deadlines")  # how the work is executed: neither in to_dict nor in ids
+    # how the work is executed: neither in to_dict nor in ids
+    OPERATIONAL = ("bundle", "gpu_concurrency", "fuse", "deadlines")
 
     @classmethod
     def from_params(cls, name: str, raw: dict[str, str]) -> tuple[StudySpec, list[str]]:
@@ -95,7 +99,8 @@ class StudySpec:
             variants = stand_in_variants(preset, variants, changes)
         if values["reference"] is not None and "reference" not in explicit:
             values["reference"] = stand_in(preset, values["reference"], "reference", changes)
-        regime = Regime.from_dict({"name": values["regime"], **{k: values[k] for k in REGIME_PARAMS}})
+        regime = Regime.from_dict({"name": values["regime"], **{k: values[k] for k in REGIME_PARAMS},
+                                   "fused": values["fuse"] > 1})
         sizes = values["sizes"] or ((values["fraction"], values["count"]),)
         spec = cls(name=name, preset=preset, models=tuple(dict.fromkeys(values["models"])),
                    variants=variants, tasks=tuple(dict.fromkeys(values["tasks"])),
@@ -105,9 +110,10 @@ class StudySpec:
                    intermediates=tuple(dict.fromkeys(values["intermediates"])),
                    eval_count=values["eval_count"], doc_stride=values["doc_stride"], task_settings=task_settings,
                    not_applied=tuple(p for p in not_applied if p[1] in values["models"]), bundle=values["bundle"],
-                   gpu_concurrency=values["gpu_concurrency"], keep_weights=values["keep_weights"],
-                   deadlines=values["deadlines"])
+                   gpu_concurrency=values["gpu_concurrency"], fuse=values["fuse"],
+                   keep_weights=values["keep_weights"], deadlines=values["deadlines"])
         spec._check_shape()
+        spec._check_fuse()
         for variant in spec.variants:
             for task in (None, *spec.task_settings):
                 spec.regime_of(variant, task)  # a bad override is refused here, by the variant's name
@@ -131,6 +137,39 @@ class StudySpec:
             raise BadInput(f"parameter 'bundle' must be >= 1 (cells per pod), got {self.bundle}")
         if self.gpu_concurrency < 1:
             raise BadInput(f"parameter 'gpu_concurrency' must be >= 1 (runs at once per GPU), got {self.gpu_concurrency}")
+        if self.fuse < 1:
+            raise BadInput(f"parameter 'fuse' must be >= 1 (runs trained as one model; 1: each run alone), "
+                           f"got {self.fuse}")
+
+    def _check_fuse(self) -> None:
+        """`fuse` K > 1 only where bertology.train.fused can train the runs: runs that train (no regime none),
+        each from its checkpoint (no intermediate run first), without the activation monitor (no reference).
+        Fusing is the study's setting: a variant's regime cannot set it."""
+        for variant in self.variants:
+            if "fused" in variant.regime:
+                raise BadInput(f"variant '{variant.name}' regime sets 'fused'; the study parameter fuse sets it "
+                               f"for every run (allowed: fuse=K, K > 1 fuses)")
+        if self.fuse == 1:
+            return
+        allowed = "allowed with it: fuse=1, each run alone"
+        if self.gpu_concurrency > 1:
+            raise BadInput(f"parameter 'fuse' is {self.fuse} and 'gpu_concurrency' is {self.gpu_concurrency}: a pod "
+                           f"either fuses its runs or runs them side by side (allowed: one of them above 1)")
+        if self.intermediates:
+            raise BadInput(f"parameter 'fuse' is {self.fuse}, but sequential fine-tuning (intermediates "
+                           f"{', '.join(self.intermediates)}) is not supported fused ({allowed})")
+        regimes = [("the study", self.regime),
+                   *((f"variant '{v.name}'", self.regime_of(v)) for v in self.variants if v.regime)]
+        for where, regime in regimes:
+            if regime.name == "none":
+                raise BadInput(f"parameter 'fuse' is {self.fuse}, but {where} has regime none: nothing trains, so "
+                               f"nothing fuses ({allowed})")
+            if regime.reference is not None:
+                raise BadInput(f"parameter 'fuse' is {self.fuse}, but {where} has reference {regime.reference}: the "
+                               f"activation monitor is not supported fused ({allowed})")
+            if regime.compile:
+                raise BadInput(f"parameter 'fuse' is {self.fuse}, but {where} has compile true: a compiled model "
+                               f"is not supported fused ({allowed})")
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in self.OPERATIONAL}

@@ -26,7 +26,7 @@ from bertology.train.graphs import GraphedStep
 from bertology.train.step import TrainStep, param_groups
 
 # Config fields that name or describe a checkpoint without changing what the model computes.
-_DESCRIPTIVE = {"_name_or_path", "architectures", "transformers_version", "id2label", "label2id", "dtype",
+DESCRIPTIVE = {"_name_or_path", "architectures", "transformers_version", "id2label", "label2id", "dtype",
                 "torch_dtype", "_commit_hash", "name_or_path"}
 
 
@@ -44,7 +44,7 @@ _kept: list[Engine] = []  # at most one
 
 def engine_key(model: torch.nn.Module, *, weight_decay: float, max_grad_norm: float, device: torch.device,
                graphed: bool) -> tuple:
-    config = {k: v for k, v in model.config.to_dict().items() if k not in _DESCRIPTIVE}
+    config = {k: v for k, v in model.config.to_dict().items() if k not in DESCRIPTIVE}
     return (type(model).__qualname__, repr(sorted(config.items())),
             tuple((name, tuple(p.shape), p.dtype) for name, p in model.named_parameters()),
             weight_decay, max_grad_norm, str(device), graphed)

@@ -181,7 +181,7 @@ def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp
         optimizer = train_step.optimizer
         if graphed:
             train_step = GraphedStep(train_step, log=log)
-        log(f"fused: {k} runs trained as one model ({', '.join(names)})")
+        log(f"fused: {k} run{'s' if k > 1 else ''} trained as one model ({', '.join(names)})")
     else:  # the model, AdamW and the step: the previous run's in this process when they fit (graphs too)
         engine = take(loaded[0], lr=hp.lr, weight_decay=hp.weight_decay, max_grad_norm=hp.max_grad_norm,
                       device=device, graphed=graphed, reuse=not hp.compile, log=log)
