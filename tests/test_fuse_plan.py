@@ -202,3 +202,15 @@ def test_a_dry_run_passes_fuse_through_the_workflow_to_plan(tmp_path, capsys):
     assert "fuse=2" in out and "; fused (fuse 2): not measured yet; " in out
     plan = json.loads(next(tmp_path.glob("studies/reversed-layers/*/plan.json")).read_text())
     assert plan["execution"]["fuse"] == 2 and {c["run"]["regime"]["fused"] for c in plan["cells"]} == {True}
+
+
+def test_a_fused_studys_report_says_its_runs_were_trained_fused(tmp_path):
+    from bertology.results.report.document import settings
+
+    def spec(plan):  # as the report reads it (bertology.results.study_results: every variant with its levels)
+        return {**plan["spec"], "variants": [{"levels": {}, **v} for v in plan["spec"]["variants"]]}
+
+    fused, _ = planned_pods(tmp_path / "fused", tiny(fuse="2"))
+    alone, _ = planned_pods(tmp_path / "alone", tiny())
+    assert "Runs trained fused: several runs of one architecture" in settings(spec(fused))
+    assert "fused" not in settings(spec(alone))

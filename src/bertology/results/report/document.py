@@ -55,6 +55,10 @@ def settings(spec: dict) -> str:
         text += f" Training data: {', '.join(sizes)}."
     if spec["intermediates"]:
         text += f" Intermediate tasks: {', '.join(spec['intermediates'])}."
+    if spec.get("regime", {}).get("fused"):
+        text += (" Runs trained fused: several runs of one architecture, data and seed as one stacked model, "
+                 "with eager attention and one dropout mask per dropout call shared by them (their numbers "
+                 "differ from runs trained alone by float noise and dropout draws, never with the group).")
     axes = list(dict.fromkeys(a for v in spec["variants"] for a in v["levels"]))
     if axes:
         text += f" Variants vary {', '.join(axes)}."
