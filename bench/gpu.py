@@ -269,6 +269,56 @@ def part_ours(b: Bench) -> None:
                      "ours, run first, used to pay it for both."), "")
 
 
+def graphs_agree(b: Bench, head, vocab: int) -> None:
+    """On CUDA, before the timings: whether the graphed steps train as the eager ones. One run and K = 2 fused
+    runs, eager and as CUDA graphs, 8 steps from the same weights on the same 8 batches (each its own tokens
+    and labels), dropout off (eval mode, so no RNG stream differs): the largest difference of a step's loss.
+    bf16 noise is about 1e-2; a wrong capture (stale inputs, state re-created on replay) is far larger."""
+    from transformers import get_linear_schedule_with_warmup
+
+    from bertology.train.fused import FusedStep
+    from bertology.train.graphs import GraphedStep
+    from bertology.train.step import SINCE_CONSOLE_LINE, TrainStep, param_groups
+
+    rng = np.random.default_rng(1)
+    batches = [{"input_ids": rng.integers(1000, vocab, (32, 128)), "attention_mask": np.ones((32, 128), dtype=np.int64),
+                "token_type_ids": np.zeros((32, 128), dtype=np.int64), "labels": rng.integers(0, 2, 32)}
+               for _ in range(8)]
+    losses = {}
+    for kind, k in (("one run", 1), ("fused", 2)):
+        for graphed in (False, True):
+            models = []
+            for seed in range(k):
+                torch.manual_seed(seed)
+                models.append(head.load(b.path, device=b.device))
+            if kind == "one run":
+                step = TrainStep(models[0], torch.optim.AdamW(param_groups(models[0], 0.01), lr=1e-4, fused=True),
+                                 max_grad_norm=1.0, device=b.device)
+            else:
+                step = FusedStep(models, lr=1e-4, weight_decay=0.01, max_grad_norm=1.0)
+            step.model.eval()  # no dropout: eager and graphed then compute the same thing
+            scheduler = get_linear_schedule_with_warmup(step.optimizer, 2, 100)
+            if graphed:
+                step = GraphedStep(step, log=lambda _: None)
+            per_step = []
+            for batch in batches:
+                step(batch)
+                scheduler.step()
+                per_step.append(np.atleast_1d(step.total(SINCE_CONSOLE_LINE)))
+                step.reset(SINCE_CONSOLE_LINE)
+            losses[kind, graphed] = np.stack(per_step)  # [steps, runs]
+            del step, models
+            torch.cuda.empty_cache()
+    agreement = {"one run: graphed vs eager": float(np.abs(losses["one run", True] - losses["one run", False]).max()),
+                 "fused: graphed vs eager": float(np.abs(losses["fused", True] - losses["fused", False]).max()),
+                 "fused run 0 vs one run (eager)": float(np.abs(losses["fused", False][:, 0]
+                                                                - losses["one run", False][:, 0]).max()),
+                 "first loss": float(losses["one run", False][0, 0])}
+    b.rec.put("fused", "agreement", agreement)
+    b.rec.lines("| check (8 steps, dropout off, bf16) | largest difference of a step's loss |", "|---|---|",
+                *(f"| {name} | {value:.2e} |" for name, value in agreement.items() if name != "first loss"), "")
+
+
 def part_fused(b: Bench, ks: tuple[int, ...]) -> None:
     """Steady-state training seq/s of one step over K stacked runs (bertology.train.fused), eager and as CUDA
     graphs, against one run's step, all on the same fixed 32 x 128 batches: the whole step with its
@@ -293,8 +343,10 @@ def part_fused(b: Bench, ks: tuple[int, ...]) -> None:
     batch = {"input_ids": rng.integers(min(1000, vocab // 2), vocab, (rows, width)),
              "attention_mask": np.ones((rows, width), dtype=np.int64),
              "token_type_ids": np.zeros((rows, width), dtype=np.int64), "labels": rng.integers(0, 2, rows)}
-    b.rec.lines("## K runs fused into one model (steady state, fixed 32 x 128 batches)", "",
-                "| step | runs K | seq/s in all | seq/s per run | ms per step | MFU | capture s |", "|---|---|---|---|---|---|---|")
+    b.rec.lines("## K runs fused into one model (steady state, fixed 32 x 128 batches)", "")
+    if b.cuda:
+        graphs_agree(b, head, vocab)
+    b.rec.lines("| step | runs K | seq/s in all | seq/s per run | ms per step | MFU | capture s |", "|---|---|---|---|---|---|---|")
     configs = [("one run", 1)] + [("fused", k) for k in ks]
     for kind, k in configs:
         for graphed in ((False, True) if b.cuda else (False,)):
