@@ -1,0 +1,152 @@
+"""bench/gpu.py's `fused` part: K runs trained as one model (bertology.train.fused) against one run's step,
+eager and as CUDA graphs, and on CUDA first a check that the graphed steps train as the eager ones. Apart
+from gpu.py to keep each file one subject; `b` is gpu.py's Bench."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from bertology import tasks
+from bertology.train.device import sync
+from bertology.train.heads import head_for
+
+if TYPE_CHECKING:  # gpu.py imports this module: its Bench only names the type here
+    from gpu import Bench
+
+
+def graphs_agree(b: Bench, head, vocab: int) -> None:
+    """On CUDA, before the timings: whether the graphed steps train as the eager ones. One run and K = 2 fused
+    runs, eager and as CUDA graphs, 8 steps from the same weights on the same 8 batches (each its own tokens
+    and labels), dropout off (eval mode, so no RNG stream differs): the largest difference of a step's loss.
+    bf16 noise is about 1e-2; a wrong capture (stale inputs, state re-created on replay) is far larger."""
+    from transformers import get_linear_schedule_with_warmup
+
+    from bertology.train.fused import FusedStep
+    from bertology.train.graphs import GraphedStep
+    from bertology.train.step import SINCE_CONSOLE_LINE, TrainStep, param_groups
+
+    rng = np.random.default_rng(1)
+    batches = [{"input_ids": rng.integers(1000, vocab, (32, 128)), "attention_mask": np.ones((32, 128), dtype=np.int64),
+                "token_type_ids": np.zeros((32, 128), dtype=np.int64), "labels": rng.integers(0, 2, 32)}
+               for _ in range(8)]
+    losses = {}
+    for kind, k in (("one run", 1), ("fused", 2)):
+        for graphed in (False, True):
+            models = []
+            for seed in range(k):
+                torch.manual_seed(seed)
+                models.append(head.load(b.path, device=b.device))
+            if kind == "one run":
+                step = TrainStep(models[0], torch.optim.AdamW(param_groups(models[0], 0.01), lr=1e-4, fused=True),
+                                 max_grad_norm=1.0, device=b.device)
+            else:
+                step = FusedStep(models, lr=1e-4, weight_decay=0.01, max_grad_norm=1.0)
+            step.model.eval()  # no dropout: eager and graphed then compute the same thing
+            scheduler = get_linear_schedule_with_warmup(step.optimizer, 2, 100)
+            if graphed:
+                step = GraphedStep(step, log=lambda _: None)
+            per_step = []
+            for batch in batches:
+                step(batch)
+                scheduler.step()
+                per_step.append(np.atleast_1d(step.total(SINCE_CONSOLE_LINE)))
+                step.reset(SINCE_CONSOLE_LINE)
+            losses[kind, graphed] = np.stack(per_step)  # [steps, runs]
+            del step, models
+            torch.cuda.empty_cache()
+    agreement = {"one run: graphed vs eager": float(np.abs(losses["one run", True] - losses["one run", False]).max()),
+                 "fused: graphed vs eager": float(np.abs(losses["fused", True] - losses["fused", False]).max()),
+                 "fused run 0 vs one run (eager)": float(np.abs(losses["fused", False][:, 0]
+                                                                - losses["one run", False][:, 0]).max()),
+                 "first loss": float(losses["one run", False][0, 0])}
+    b.rec.put("fused", "agreement", agreement)
+    b.rec.lines("| check (8 steps, dropout off, bf16) | largest difference of a step's loss |", "|---|---|",
+                *(f"| {name} | {value:.2e} |" for name, value in agreement.items() if name != "first loss"), "")
+
+
+def part_fused(b: Bench, ks: tuple[int, ...]) -> None:
+    """Steady-state training seq/s of one step over K stacked runs (bertology.train.fused), eager and as CUDA
+    graphs, against one run's step, all on the same fixed 32 x 128 batches: the whole step with its
+    schedule, after the graphs are captured (their capture seconds are reported apart). vmap's fallback
+    to a per-run loop (a missing batching rule) fails the row: on CUDA every kernel of the step has one."""
+    import warnings
+
+    from transformers import get_linear_schedule_with_warmup
+
+    from bertology.train.fused import FusedStep
+    from bertology.train.graphs import GraphedStep
+    from bertology.train.step import TrainStep, param_groups
+
+    task = tasks.get_task("sst2")
+    head = head_for(task)
+    steps, warm = (40, 3) if b.cuda else (3, 1)
+    rng = np.random.default_rng(0)
+    width, rows = 128 if b.cuda else 32, b.hp.batch_size
+    from transformers import AutoConfig
+
+    vocab = AutoConfig.from_pretrained(b.path).vocab_size
+    batch = {"input_ids": rng.integers(min(1000, vocab // 2), vocab, (rows, width)),
+             "attention_mask": np.ones((rows, width), dtype=np.int64),
+             "token_type_ids": np.zeros((rows, width), dtype=np.int64), "labels": rng.integers(0, 2, rows)}
+    b.rec.lines("## K runs fused into one model (steady state, fixed 32 x 128 batches)", "")
+    if b.cuda:
+        graphs_agree(b, head, vocab)
+    b.rec.lines("| step | runs K | seq/s in all | seq/s per run | ms per step | MFU | capture s |", "|---|---|---|---|---|---|---|")
+    configs = [("one run", 1)] + [("fused", k) for k in ks]
+    for kind, k in configs:
+        for graphed in ((False, True) if b.cuda else (False,)):
+            name = f"{kind}, {'CUDA graphs' if graphed else 'eager'}"
+            try:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("error", message="There is a performance drop")
+                    models = []
+                    for seed in range(k):
+                        torch.manual_seed(seed)
+                        models.append(head.load(b.path, device=b.device).train())
+                    if kind == "one run":
+                        (model,) = models
+                        step = TrainStep(model, torch.optim.AdamW(param_groups(model, b.hp.weight_decay), lr=b.hp.lr,
+                                                                   fused=True), max_grad_norm=1.0, device=b.device)
+                    else:
+                        step = FusedStep(models, lr=b.hp.lr, weight_decay=b.hp.weight_decay, max_grad_norm=1.0)
+                        del models
+                    optimizer = step.optimizer
+                    scheduler = get_linear_schedule_with_warmup(optimizer, 10, 10_000)
+                    if graphed:
+                        step = GraphedStep(step, log=lambda _: None)
+                    for _ in range(warm):
+                        step(batch)
+                        scheduler.step()
+                    sync(b.device)
+                    start = time.perf_counter()
+                    for _ in range(steps):
+                        step(batch)
+                        scheduler.step()
+                    step.total(0)  # the host sync that ends the timed steps, as a logging point would
+                    seconds = time.perf_counter() - start
+                    capture = step.capture_seconds
+            except (RuntimeError, torch.OutOfMemoryError, UserWarning) as e:
+                b.rec.put("fused", name, str(k), {"error": f"{type(e).__name__}: {e}"[:500]})
+                b.rec.lines(f"| {name} | {k} | failed: {type(e).__name__}: {str(e)[:80]} | | | | |")
+                continue
+            finally:
+                step = optimizer = scheduler = None
+                if b.cuda:
+                    torch.cuda.empty_cache()
+            seq_s = k * rows * steps / seconds
+            mfu = b.mfu(k * rows * width * steps, seconds)
+            figures = {"seq_s": seq_s, "seq_s_per_run": seq_s / k, "ms_per_step": 1000 * seconds / steps,
+                       "mfu": mfu, "capture_s": capture}
+            b.rec.put("fused", name, str(k), figures)
+            b.rec.lines(f"| {name} | {k} | {seq_s:,.0f} | {seq_s / k:,.0f} | {1000 * seconds / steps:.1f} | "
+                        f"{b.mfu_text(mfu)} | {capture:.1f} |")
+            if kind == "fused":
+                best = b.rec.figures["fused"].get("best_seq_s") or 0.0
+                b.rec.put("fused", "best_seq_s", max(best, seq_s))
+    b.rec.lines("", ("Every row trains the whole step (forward, backward, clipping, AdamW, the schedule) on one batch "
+                     "shape; 'seq/s in all' counts every run's sequences. K = 1 fused goes through the fused code "
+                     "(vmap), which splits some fused kernels, so it is slower than one run's step."), "")
