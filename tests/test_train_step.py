@@ -312,6 +312,7 @@ def test_a_run_on_the_previous_runs_engine_ends_as_it_does_alone(tiny_sst2, tmp_
     assert_same(outcome(after_a, tmp_path / "after-a"), alone)
     if graphed:
         assert backend.captured == captured  # B replayed A's graphs: same shapes, same trainable set
+        assert after_a.capture_seconds == 0.0  # and spent nothing capturing
 
     engine.release()
     sink = MemorySink(kill_after=1)

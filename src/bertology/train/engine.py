@@ -61,6 +61,7 @@ def take(model: torch.nn.Module, *, lr: float, weight_decay: float, max_grad_nor
         engine.model.load_state_dict(model.state_dict())  # in place: the graphs' addresses hold
         reset_optimizer_state(engine.optimizer)
         engine.step.sums.zero_()
+        engine.step.capture_seconds = 0.0  # this run's captures only: it replays the ones it finds
         graphs = len(getattr(engine.step, "graphs", ()))
         log(f"reusing the previous run's model, optimizer and {graphs} CUDA graphs" if graphed
             else "reusing the previous run's model and optimizer")
