@@ -8,7 +8,9 @@ learning rate:
 - reversed-layers (Table 1): pre-trained > reversed > clean;
 - shuffled-embeddings (Table 4): shuffled > clean, where clean re-initialises the word embeddings only;
 - init-distribution (Table 6): oracle > clean (clean: every weight re-initialised); its variants are cut to
-  pre-trained, shuffled, oracle and clean (the other runs are shared with the two studies above).
+  pre-trained, shuffled, oracle and clean (the other runs are shared with the two studies above). The oracle
+  here permutes every parameter tensor (permute-within's default: the study's opt-in oracle-all-tensors), as
+  measured in real_data_orderings.jsonl; the study's own oracle permutes the weight matrices only.
 
 Every score is the run's primary dev metric at its best epoch (the monolingual report's selection, §7: "the
 best epoch of the best run is reported"); the last epoch's is recorded beside it. An ordering "holds" at an lr

@@ -8,6 +8,7 @@ tests/test_docs.py checks every page against its workflow file.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -15,6 +16,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / "workflows"
 SECTION = "Studies"  # the nav entry whose pages these are
+_CODE_SPAN = re.compile(r"(`[^`\n]*`)")
 
 
 def workflow_files() -> list[Path]:
@@ -84,8 +86,11 @@ def default_cell(parameter: dict) -> str:
 
 
 def escape(text: str) -> str:
-    """Header prose as Markdown shows it: `<store>` and `\\#` stay text, `*` no emphasis; `code` stays code."""
-    return text.replace("\\", "\\\\").replace("<", "&lt;").replace("*", "\\*")
+    """Header prose as Markdown shows it: `<store>` and `\\#` stay text, `*` no emphasis; `code` stays code
+    (a code span shows its text as written, so a glob such as `*.weight` is left as it is)."""
+    parts = _CODE_SPAN.split(text)  # odd parts are the code spans
+    return "".join(part if i % 2 else part.replace("\\", "\\\\").replace("<", "&lt;").replace("*", "\\*")
+                   for i, part in enumerate(parts))
 
 
 def unescape(text: str) -> str:

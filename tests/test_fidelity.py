@@ -354,7 +354,7 @@ def test_layerwise_reinit_follows_the_procedure_not_the_literal_scipy_call(tmp_p
     spec = study("layerwise-reinit", preset="tiny")
     variant = next(v for v in spec.variants if v.name == "reinit from 1")
     assert chain(spec, "reinit from 1") == [{"name": "reinit", "params": {
-        "scope": "layers", "layers": "from:0", "layer_norms": True}}]
+        "scope": "layers", "layers": "from:0", "layer_norms": True}}, {"name": "reinit", "params": {"scope": "pooler"}}]
     make_checkpoint(spec.checkpoint(spec.models[0], variant, 1), tmp_path)
     from safetensors.torch import load_file
 
@@ -413,3 +413,119 @@ def test_plan_refuses_bad_task_settings_in_one_line_before_any_work(tmp_path):
     with pytest.raises(BadInput, match="task_settings 'squad2' has unknown setting 'stride'"):
         plan.run(None, args)
     assert not (tmp_path / "out").exists()
+
+
+# 12. The oracle initialisation: each weight matrix's elements shuffled (monolingual report §5.2, Table 6)
+
+ORACLE_GLOBS = ["*_embeddings.weight", "*.attention.self.*.weight", "*encoder.layer.*.dense.weight",
+                "*pooler.dense.weight"]
+
+
+def _workflow_header(name: str) -> str:
+    lines = [line.lstrip("# ") for line in (WORKFLOWS / f"{name}.yaml").read_text().splitlines() if line.startswith("#")]
+    return re.sub(r"\s+", " ", " ".join(lines))
+
+
+def _oracle_all_tensors() -> str:
+    """The variants of the header's command that runs the opt-in oracle-all-tensors."""
+    (command,) = [line for line in (WORKFLOWS / "init-distribution.yaml").read_text().splitlines()
+                  if line.startswith("#  ") and "oracle-all-tensors" in line]
+    return re.search(r"-p variants='(.+)'", command)[1]
+
+
+def test_the_oracle_shuffles_each_weight_matrix_and_names_its_globs():
+    words = quoted("monolingual-pretraining-benefits", "for each weight matrix, we shuffle its elements.")
+    quoted("monolingual-pretraining-benefits", "By re-permute elements within each weight matrix")
+    spec = study("init-distribution")
+    assert chain(spec, "oracle") == [{"name": "permute-within", "params": {"tensors": ORACLE_GLOBS}}]
+    header = _workflow_header("init-distribution")
+    assert f'"{words.rstrip(".")}"' in header
+    assert all(f"`{glob}`" in header for glob in ORACLE_GLOBS)
+    assert "Assumed: that the embeddings count as weight matrices" in header
+    # the wider reading is opt-in: the default study runs one oracle, as many runs as before
+    assert [v.name for v in spec.variants] == ["pre-trained", "shuffled", "oracle", "norm-matched",
+                                               "variance-matched", "clean"]
+    assert len(spec.cells()) == 6 * 9
+    wide = study("init-distribution", variants=_oracle_all_tensors())
+    assert [v.name for v in wide.variants] == ["oracle-all-tensors"]
+    assert chain(wide, "oracle-all-tensors") == [{"name": "permute-within", "params": {}}]  # default: every tensor
+
+
+def test_the_oracle_globs_select_bert_bases_weight_matrices_only():
+    """On BERT-base's names (a BertForPreTraining, as a checkpoint with its masked-LM head loads): the 76
+    matrices of the encoder, no bias, no LayerNorm and nothing of the pre-training head."""
+    from transformers import BertConfig, BertForPreTraining, BertModel
+
+    from bertology.interventions import tensor_globs
+
+    tensor_globs.check(ORACLE_GLOBS, BertConfig(), "oracle")  # what plan checks, against a BertModel
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        checkpoint = BertForPreTraining(BertConfig())
+        encoder = BertModel(BertConfig())
+    for model, prefix in ((checkpoint, "bert."), (encoder, "")):
+        chosen = {name for name, _ in tensor_globs.select(model, ORACLE_GLOBS, "oracle")}
+        matrices = {n for n, p in model.named_parameters() if p.dim() == 2 and n.startswith(prefix)}
+        assert chosen == matrices and len(chosen) == 76
+        per_layer = {n.removeprefix(f"{prefix}encoder.layer.0.") for n in chosen if ".layer.0." in n}
+        assert per_layer == {"attention.self.query.weight", "attention.self.key.weight",
+                             "attention.self.value.weight", "attention.output.dense.weight",
+                             "intermediate.dense.weight", "output.dense.weight"}
+        assert {n for n in chosen if ".layer." not in n} == {
+            f"{prefix}embeddings.{e}_embeddings.weight" for e in ("word", "position", "token_type")} | {
+            f"{prefix}pooler.dense.weight"}
+    assert sum(p.numel() for n, p in encoder.named_parameters() if n in
+               {n for n, _ in tensor_globs.select(encoder, ORACLE_GLOBS, "oracle")}) == 109_360_128
+
+
+def test_the_oracle_checkpoint_permutes_the_weight_matrices_and_leaves_the_rest_bit_identical(tmp_path):
+    """The tiny preset's checkpoints, built as a study builds them: oracle against pre-trained."""
+    from safetensors.torch import load_file
+
+    from bertology.steps.build_checkpoint import make_checkpoint
+
+    spec = study("init-distribution", preset="tiny")
+    saved = {}
+    for variant in ("pre-trained", "oracle"):
+        chosen = next(v for v in spec.variants if v.name == variant)
+        make_checkpoint(spec.checkpoint(spec.models[0], chosen, 1), tmp_path / variant)
+        saved[variant] = load_file(str(tmp_path / variant / "model.safetensors"))
+    before, oracle = saved["pre-trained"], saved["oracle"]
+    assert before.keys() == oracle.keys()
+    changed = {k for k in before if not torch.equal(before[k], oracle[k])}
+    assert changed == {k for k, t in before.items() if t.dim() == 2} and len(changed) == 3 + 6 * 4 + 1
+    for k in changed:  # a permutation: the same values, elsewhere
+        assert torch.equal(before[k].flatten().sort().values, oracle[k].flatten().sort().values), k
+
+
+def test_the_oracle_leaves_biases_layernorms_and_the_pretraining_head_alone_and_the_wide_one_does_not():
+    """The tiny BERT with a pre-training head (BertForPreTraining, as a checkpoint with its masked-LM head
+    loads), every tensor moved off its init values so that a permuted bias or LayerNorm shows: the oracle
+    changes exactly the encoder's weight matrices and every other tensor stays bit-identical;
+    oracle-all-tensors changes every parameter."""
+    from test_interventions import perturbed
+    from transformers import BertForPreTraining
+
+    from bertology.interventions import apply_chain
+    from bertology.models import tiny_config
+
+    def after(variant: str, spec: StudySpec) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        torch.manual_seed(0)
+        model = perturbed(BertForPreTraining(tiny_config()))
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        return before, apply_chain(model, None, chain(spec, variant), seed=3)[0].state_dict()
+
+    before, oracle = after("oracle", study("init-distribution", preset="tiny"))
+    changed = {k for k in before if not torch.equal(before[k], oracle[k])}
+    matrices = {k for k, t in before.items() if t.dim() == 2 and k.startswith("bert.")}
+    tied = "cls.predictions.decoder.weight"  # the word embeddings themselves, tied
+    assert changed == matrices | {tied} and len(matrices) == 28
+    assert torch.equal(oracle[tied], oracle["bert.embeddings.word_embeddings.weight"])
+    assert all(torch.equal(before[k], oracle[k]) for k in before.keys() - changed)  # biases, LayerNorms, cls.*
+    assert {k for k in before.keys() - changed if k.startswith("cls.")} == {
+        "cls.predictions.bias", "cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
+        "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias",
+        "cls.seq_relationship.weight", "cls.seq_relationship.bias", "cls.predictions.decoder.bias"}
+    before, everything = after("oracle-all-tensors", study("init-distribution", preset="tiny",
+                                                           variants=_oracle_all_tensors()))
+    assert {k for k in before if not torch.equal(before[k], everything[k])} == {
+        k for k in before if k != "bert.embeddings.position_ids"}  # a buffer, not a parameter

@@ -78,6 +78,7 @@ REINIT_DEFAULTS = {
     "std": 0.02,
     "layers": None,
     "layer_norms": False,
+    "biases": True,
     "heads": None,
     "output_columns": False,
 }
@@ -133,7 +134,7 @@ def test_validate_chain_fills_defaults():
         ([{"name": "reinit", "params": {"std": float("nan")}}], "reinit std nan"),
         (
             [{"name": "reinit", "params": {"sigma": 0.1}}],
-            "reinit has no parameter 'sigma'; allowed: heads, layer_norms, layers, output_columns, scope,",
+            "reinit has no parameter 'sigma'; allowed: biases, heads, layer_norms, layers, output_columns, scope,",
         ),
         ([{"name": "reverse-layers", "params": {"k": 1}}], "no parameter 'k'; allowed: none"),
         ([{"name": "reinit", "params": [1]}], "must be a mapping"),
@@ -474,6 +475,26 @@ def test_reinit_layers_resets_exactly_the_six_projections(layers, layer_norms, c
     assert_clean_values(model.state_dict(), expected)
 
 
+@pytest.mark.parametrize("layer_norms", [False, True])
+def test_reinit_layers_without_biases_redraws_only_the_six_weight_matrices(layer_norms):
+    """`biases: false` (partial-reinitialization's Algorithm 1: each "weight" of the layer is re-drawn): the
+    projections' biases keep their bytes, the weights are the very draws `biases: true` makes."""
+    before = state(tiny_model(3))
+    params = {"scope": "layers", "layers": "from:1", "biases": False, "layer_norms": layer_norms}
+    model, _, manifest = apply_chain(tiny_model(3), None, [step("reinit", **params)], seed=5)
+    after = model.state_dict()
+    weights = {f"encoder.layer.{i}.{m}.weight" for i in (1, 2) for m in PROJECTIONS}
+    norms = {f"encoder.layer.{i}.{m}.{t}" for i in (1, 2) for m in ("attention.output.LayerNorm", "output.LayerNorm")
+             for t in ("weight", "bias")} if layer_norms else set()
+    assert changed_names(manifest) == weights | norms
+    assert_identical_except(before, after, weights | norms)  # every bias, layer 0, embeddings, pooler: same bytes
+    assert_clean_values(after, weights | norms)
+    zeroed = apply_chain(tiny_model(3), None, [step("reinit", **{**params, "biases": True})], seed=5)[0].state_dict()
+    assert all(torch.equal(after[name], zeroed[name]) for name in weights | norms)
+    biases = {f"encoder.layer.{i}.{m}.bias" for i in (1, 2) for m in PROJECTIONS}
+    assert all(torch.equal(after[b], before[b]) and not torch.equal(zeroed[b], before[b]) for b in biases)
+
+
 def test_reinit_layers_from_k_is_the_same_as_the_list():
     a = apply_chain(tiny_model(), None, [step("reinit", scope="layers", layers="from:1")], 4)
     b = apply_chain(tiny_model(), None, [step("reinit", scope="layers", layers=[2, 1])], 4)
@@ -570,6 +591,9 @@ def test_reinit_word_embeddings_keeps_a_tied_decoder_tied():
         (("reinit", {"scope": "heads", "heads": ["0:0"], "layer_norms": True}), "'layer_norms' applies only"),
         (("reinit", {"scope": "layers", "layers": [0], "output_columns": True}), "'output_columns' applies"),
         (("reinit", {"scope": "layers", "layers": [0], "layer_norms": 1}), "reinit layer_norms 1"),
+        (("reinit", {"scope": "layers", "layers": [0], "biases": "keep"}), "reinit biases 'keep' is not allowed"),
+        (("reinit", {"scope": "heads", "heads": ["0:0"], "biases": False}), "'biases' applies only to scope 'layers'"),
+        (("reinit", {"scope": "pooler", "biases": False}), "'biases' applies only to scope 'layers', not 'pooler'"),
         (("reinit", {"scope": "heads"}), "reinit heads None is not a head selection"),
         (("reinit", {"scope": "heads", "heads": ["3:0"]}), "'3:0': layer 3 is beyond the model's 3 layers"),
         (("reinit", {"scope": "heads", "heads": ["3:0"]}), "layers; allowed: layer 0..2"),

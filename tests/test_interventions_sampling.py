@@ -171,6 +171,7 @@ def every_intervention(donor: str) -> list[dict]:
         {"name": "reinit", "params": {"scope": "all"}},
         {"name": "reinit", "params": {"scope": "word-embeddings"}},
         {"name": "reinit", "params": {"scope": "layers", "layers": "from:1", "layer_norms": True}},
+        {"name": "reinit", "params": {"scope": "layers", "layers": [0, 2], "biases": False}},
         {"name": "reinit", "params": {"scope": "heads", "heads": ["0:1", "2:0"], "output_columns": True}},
         {"name": "reinit", "params": {"scope": "pooler"}},
         {"name": "shuffle-embeddings", "params": {"english_only": True}},

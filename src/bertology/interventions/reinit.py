@@ -1,8 +1,9 @@
-"""reinit: re-draw weights as BERT's init (params: scope, std, layers, layer_norms, heads, output_columns).
+"""reinit: re-draw as BERT's init (params: scope, std, layers, layer_norms, biases, heads, output_columns).
 
 Every re-drawn weight comes from a normal with mean 0 and std `std` (0.02, BERT's initializer_range)
-truncated at ±2 std; biases become 0, LayerNorm weights 1 and biases 0. As in Hugging Face's own init, a
-re-drawn word embedding's padding_idx row is zeroed, so [PAD] starts as the zero vector. Scopes:
+truncated at ±2 std; biases become 0 (unless `biases: false`), LayerNorm weights 1 and biases 0. As in
+Hugging Face's own init, a re-drawn word embedding's padding_idx row is zeroed, so [PAD] starts as the zero
+vector. Scopes:
 
 - `all`: the reports' "clean" model, the baseline that shows how much of a result is owed to pre-training
   at all: word, position and token-type embeddings, every LayerNorm, the encoder, the pooler, any task head.
@@ -10,11 +11,15 @@ re-drawn word embedding's padding_idx row is zeroed, so [PAD] starts as the zero
 - `layers` (param `layers`: a list of indices or "from:K", 0-based): per layer, the six linear projections
   Q, K, V, attention output, intermediate and output (partial-reinitialization's list; bert-goes-to-college
   re-initialises "layers ≥ k", which is `from:k-1`). `layer_norms: true` also resets the layer's two
-  LayerNorms (the reports keep them, so the default does).
+  LayerNorms (partial-reinitialization keeps them, so the default does; bert-goes-to-college re-initialises
+  "all pre-trained layers except the embeddings"). `biases: false` re-draws the six weight matrices only
+  and leaves the projections' biases as they were (partial-reinitialization's Algorithm 1 sets each
+  "weight" and nothing else); the draws are the same bytes either way, zeroing draws no numbers.
 - `heads` (param `heads`: "layer:head" strings, 0-based): that head's rows of the Q, K and V weights and its
   entries of their biases; `output_columns: true` also re-draws its columns of the attention output
   projection (the attention output bias and LayerNorm are shared by all heads and stay).
-- `pooler`: the pooler's dense layer.
+- `pooler`: the pooler's dense layer (bert-goes-to-college's layer-wise chains follow `layers` with it:
+  the pooler is one of its "pre-trained layers except the embeddings").
 
 A scope's own parameters must be given with it and only with it (`layers` with scope `layers`, …); indices
 are checked against the config by `selection`, before any weights load. Draws go layer by layer and head
@@ -44,12 +49,13 @@ DEFAULTS: dict = {
     "std": 0.02,
     "layers": None,
     "layer_norms": False,
+    "biases": True,
     "heads": None,
     "output_columns": False,
 }
 SCOPES = ("all", "word-embeddings", "layers", "heads", "pooler")
 # The parameters that belong to one scope, with the value they must keep under any other scope.
-_SCOPE_PARAMS = {"layers": ("layers", "layer_norms"), "heads": ("heads", "output_columns")}
+_SCOPE_PARAMS = {"layers": ("layers", "layer_norms", "biases"), "heads": ("heads", "output_columns")}
 
 
 def check(params: dict, config: PretrainedConfig) -> None:
@@ -62,7 +68,7 @@ def check(params: dict, config: PretrainedConfig) -> None:
         for name in names:
             if scope != owner and params[name] != DEFAULTS[name]:
                 raise BadInput(f"reinit parameter {name!r} applies only to scope {owner!r}, not {scope!r}")
-    for flag in ("layer_norms", "output_columns"):
+    for flag in ("layer_norms", "biases", "output_columns"):
         if not isinstance(params[flag], bool):
             raise BadInput(f"reinit {flag} {params[flag]!r} is not allowed; allowed: true or false")
     if scope == "layers":
@@ -78,6 +84,8 @@ def apply(
     if scope == "heads":
         heads = selection.head_indices(params["heads"], model.config, "reinit heads")
         reinit_heads(model, heads, std, params["output_columns"], generator)
+    elif scope == "layers" and not params["biases"]:
+        reinit_weights(_modules(model, params), std, generator)
     else:
         reinit_modules(_modules(model, params), std, generator)
     return model, tokenizer
@@ -95,6 +103,17 @@ def _modules(model: nn.Module, params: dict) -> list[nn.Module]:
     layers = parts.encoder_layers(model)
     chosen = selection.layer_indices(params["layers"], model.config, "reinit layers", ("list", "from"))
     return [layers[i].get_submodule(name) for i in chosen for name in names]
+
+
+@torch.no_grad()
+def reinit_weights(modules: list[nn.Module], std: float, generator: torch.Generator) -> None:
+    """As `reinit_modules`, in the same order and with the same draws, except that a Linear's bias keeps its
+    bytes: only its weight matrix is re-drawn (a LayerNorm among `modules` is still reset whole)."""
+    for module in modules:
+        if isinstance(module, nn.Linear):
+            trunc_normal_(module.weight, std, generator)
+        else:
+            reinit_modules([module], std, generator)
 
 
 @torch.no_grad()

@@ -13,6 +13,9 @@ parameter of each workflows/<study>.yaml). A study under another name gets no pa
   F1, the task's primary metric, and the better of two runs.
 - How each report chose the weights it reports (`selection`: the best epoch on dev, or the last), with its
   words, which a study's report prints beside the rule the study applied (bertology.results.selection).
+- Where a report evaluates on a split a study cannot (`evaluation`): the partial-reinitialization report
+  computes its metrics on a "test set", and GLUE's test labels are not public, so its studies evaluate on
+  the dev sets; the main table's note says so.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ class Conventions:
     sequential_metrics: dict[str, str] = field(default_factory=dict)
     # (the rule, "best" or "last", and how the report says so) for the weights it reports
     selection: tuple[str, str] | None = None
+    # where the report evaluated and why the study's split differs (None: the report's split is the study's)
+    evaluation: str | None = None
 
 
 PAPERS: dict[str, Conventions] = {
@@ -41,7 +46,12 @@ PAPERS: dict[str, Conventions] = {
     "partial-reinitialization": Conventions(
         "partial-reinitialization",
         selection=("last", ("no epoch is selected (\"Epochs: 3\", §5.3, with Hugging Face's script, which "
-                           "evaluates after training; the weights compared are the *bert-finetuned* model's)."))),
+                           "evaluates after training; the weights compared are the *bert-finetuned* model's).")),
+        evaluation=('Evaluation split: the report computes its metrics "always on a test set which is never seen '
+                    'by the model during training" (§5.2; its Table 1 lists GLUE\'s test sets, SST-2\'s at 1.8k '
+                    "sentences against the dev set's 872). GLUE's test labels are not public, so this study's "
+                    "runs are evaluated on each task's GLUE dev set (split `validation`), which no run trains on "
+                    "either.")),
     "crosslingual-finetuning-representations": Conventions(
         "crosslingual-finetuning-representations",
         selection=("best", ('"Early stopping is followed based on the best validation accuracy at every 100 '

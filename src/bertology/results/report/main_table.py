@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from bertology.results import analysis, plots, selection
+from bertology.results import analysis, conventions, plots, selection
 from bertology.results.analysis import ROWS
 from bertology.results.cells import cell_text, delta_p, mean_sd_ci_n
 from bertology.results.labels import (
@@ -73,6 +73,9 @@ def main(results, summary, levels):
             + ("; the figure draws each mean with that interval" + (f", and `{baseline}` as a dashed line"
                                                                      if baseline else "") if figures else "")
             + ". " + selection.note(results.name, results.spec, summary))
+    evaluation = conventions.of_study(results.name).evaluation
+    if evaluation:  # the paper evaluated on a split the study cannot: say which one it used, and why
+        note += " " + evaluation
     own = own_models(results)
     if own and len(results.spec.get("models", [])) == 1:
         note += (" " + ", ".join(f"`{labels[v]}` is {m}" for v, m in own.items()) + " (a model of its own), shown "
