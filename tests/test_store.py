@@ -1,6 +1,7 @@
 """The store contract, run against a local directory and against a real S3 server on loopback."""
 
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -97,6 +98,31 @@ def test_s3_store_uses_the_endpoint_and_caches_downloads(s3_bucket, tmp_path):
     with store.artifact("ck", replace=True) as out:  # replaced on purpose: new marker, fresh download
         (out / "f.txt").write_text("two")
     assert (store.local_dir("ck") / "f.txt").read_text() == "two"
+
+
+def test_s3_cache_keeps_the_copy_another_process_put_in_place_first(s3_bucket, monkeypatch):
+    """Two processes sharing a cache fetch one artifact at once. The one that finishes second must not delete
+    the first one's copy, which the first may be reading: it keeps it and drops its own download."""
+    import shutil
+
+    store = open_store(f"s3://{s3_bucket}/p")
+    with store.artifact("ck") as out:
+        (out / "f.txt").write_text("one")
+    marker = store.read_bytes("ck/_SUCCESS.json")
+    target = store.cache / "ck"
+    download = store.client.download_file
+
+    def meanwhile_the_other_process_finishes(bucket, key, dest):
+        download(bucket, key, dest)
+        if not target.exists():  # the other process's copy, being read by it right now
+            shutil.copytree(Path(dest).parent, target)
+            (target / "_SUCCESS.json").write_bytes(marker)
+            (target / "being-read").touch()
+
+    monkeypatch.setattr(store.client, "download_file", meanwhile_the_other_process_finishes)
+    assert store.local_dir("ck") == target
+    assert (target / "being-read").exists() and (target / "f.txt").read_text() == "one"
+    assert not [p for p in target.parent.iterdir() if p.name.startswith(".ck.") and p.is_dir()]  # no staging left
 
 
 def test_s3_errors_are_classified(s3_server, monkeypatch):

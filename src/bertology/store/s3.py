@@ -189,9 +189,11 @@ class S3Store(Store):
 
     def _fetch_dir(self, prefix: str, marker: bytes) -> Path:
         """Download once into the local cache; the cached copy is keyed by the marker's content (and
-        verified by `local_dir` like any other copy)."""
+        verified by `local_dir` like any other copy). Processes sharing the cache (two writers of one run)
+        swap a download in under a lock, and one that finds the same marker already in place keeps that
+        copy: deleting it would pull the files from under the process reading them."""
         target = self.cache / prefix
-        if (target / MARKER).exists() and (target / MARKER).read_bytes() == marker:
+        if _holds(target, marker):
             return target
         staging = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
         try:
@@ -204,9 +206,29 @@ class S3Store(Store):
                     continue
                 with self._errors(key):
                     self.client.download_file(self.bucket, self._key(key), str(dest))
-            shutil.rmtree(target, ignore_errors=True)
             target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staging, target)
+            with _locked(target):
+                if not _holds(target, marker):  # else another process put the same copy in place first
+                    shutil.rmtree(target, ignore_errors=True)
+                    os.replace(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return target
+
+
+def _holds(target: Path, marker: bytes) -> bool:
+    """Whether the cached copy at `target` is the artifact that `marker` describes."""
+    return (target / MARKER).exists() and (target / MARKER).read_bytes() == marker
+
+
+@contextlib.contextmanager
+def _locked(target: Path):
+    """An exclusive lock on `target`'s cached copy, across processes (a lock file beside it)."""
+    import fcntl
+
+    with open(target.with_name(f".{target.name}.lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
