@@ -199,7 +199,7 @@ def test_unstacked_and_load_round_trip(data):
 
 @pytest.mark.parametrize(("other", "message"), [
     ({"hidden_size": 64, "intermediate_size": 128}, "model 1 has config hidden_size = 64, model 0 has 32"),
-    ({"num_labels": 3}, "model 1 has config id2label"),
+    ({"num_labels": 3}, r"model 1 has parameter classifier.weight = \[3, 32\]"),
     ({"hidden_dropout_prob": 0.1}, "model 1 has config hidden_dropout_prob = 0.1, model 0 has 0.0"),
 ])
 def test_different_architectures_are_refused(data, other, message):

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from bertology import models
 from bertology.errors import BadInput
+from bertology.spec import Cell, canonical_json
 from bertology.store import Damaged, Store, open_store, parse_parquet
 
 log = logging.getLogger("bertology")
@@ -26,6 +27,12 @@ def dataset_key(dataset_id: str) -> str:
 
 def run_key(run_id: str, step: str) -> str:
     return f"runs/{run_id}/{step}"
+
+
+def fusable(cell: Cell) -> tuple[str, str, int]:
+    """What runs trained as one model share (bertology.train.fused): the dataset (and so the batches, a pure
+    function of the seed and epoch), the regime (learning rate, schedule, weight decay, clipping) and the seed."""
+    return cell.run.dataset.id, canonical_json(cell.run.regime), cell.run.seed
 
 
 def read_or_rebuild(store: Store, prefix: str, read: Callable[[], T], rebuild: Callable[[], object]) -> T:

@@ -32,7 +32,7 @@ from bertology.errors import BadInput
 from bertology.results.tables import TABLES, publish
 from bertology.spec import Cell, canonical_json
 from bertology.steps import scoring, weight_distance
-from bertology.steps.common import local_model_ref, read_or_rebuild, read_table, run_key
+from bertology.steps.common import fusable, local_model_ref, read_or_rebuild, read_table, run_key
 from bertology.steps.harness import require_cells
 from bertology.steps.inputs import checkpoint_dir, dataset_dir
 from bertology.store import Store
@@ -212,18 +212,16 @@ def trained_result(store: Store, cell: Cell) -> dict:
 
 
 def fused_groups(store: Store, cells: list[Cell], k: int) -> list[list[Cell]]:
-    """The cells as groups of at most `k` runs that can train as one model: the same dataset, regime, seed
-    and start, and checkpoints of one architecture (their configs, less what only names them). A run
+    """The cells as groups of at most `k` runs that can train as one model: what plan groups them by
+    (`fusable`: dataset, regime, seed), and checkpoints of one architecture (their configs, less what only names them). A run
     whose architecture no other run of the pod shares (a variant that removes layers) is a group of one."""
     from bertology.train.engine import DESCRIPTIVE
 
     groups: dict[tuple, list[Cell]] = {}
     for cell in cells:
-        run = cell.run
-        config = json.loads((checkpoint_dir(store, run.checkpoint) / "config.json").read_text())
+        config = json.loads((checkpoint_dir(store, cell.run.checkpoint) / "config.json").read_text())
         architecture = canonical_json({key: v for key, v in config.items() if key not in DESCRIPTIVE})
-        key = (run.dataset.id, canonical_json(run.regime.to_dict()), run.seed, run.after and run.after.id, architecture)
-        groups.setdefault(key, []).append(cell)
+        groups.setdefault((*fusable(cell), architecture), []).append(cell)
     for group in groups.values():
         if len(group) == 1 and len(cells) > 1:
             log.info("run %s (%s, %s): no other run of this pod shares its architecture, data, regime and seed; "

@@ -18,7 +18,7 @@ from bertology.results import receipts
 from bertology.results.tables import CELL_TABLES, results_key
 from bertology.spec import TINY_BERT, Cell, Intervention, canonical_json
 from bertology.steps import budget, planned, timing
-from bertology.steps.common import model_config, run_key
+from bertology.steps.common import fusable, model_config, run_key
 from bertology.steps.harness import write_outputs
 from bertology.store import Store, open_store
 from bertology.study import StudySpec, parse_pairs
@@ -128,12 +128,6 @@ def _datasets_of(run) -> list:
         datasets.append(run.dataset)
         run = run.after
     return datasets
-
-
-def fusable(cell: Cell) -> tuple[str, str, int]:
-    """What runs trained as one model share (bertology.train.fused): the dataset (and so the batches, a pure
-    function of the seed and epoch), the regime (learning rate, schedule, weight decay, clipping) and the seed."""
-    return cell.run.dataset.id, canonical_json(cell.run.regime), cell.run.seed
 
 
 def fusing_order(cells: list[Cell]) -> list[Cell]:

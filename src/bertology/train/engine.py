@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bertology.train.graphs import GraphedStep
+from bertology.train.graphs import GraphedStep, use_device_lr
 from bertology.train.step import TrainStep, param_groups
 
 # Config fields that name or describe a checkpoint without changing what the model computes.
@@ -100,12 +100,13 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict) -> None:
     engine's graphs read); tensors without a saved state are reset. The learning rate is the saved one."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
     if not optimizer.state:  # never stepped, so in no graph: the usual load, which replaces its tensors
-        on_device = [isinstance(group["lr"], torch.Tensor) for group in optimizer.param_groups]
+        graphed = isinstance(optimizer.param_groups[0]["lr"], torch.Tensor)  # GraphedStep made it a tensor
         optimizer.load_state_dict(saved)
-        for group, graphed in zip(optimizer.param_groups, on_device):  # the rate as this step keeps it
-            rate = float(group["lr"])
-            group["lr"] = torch.tensor(rate, dtype=torch.float32, device=params[0].device) if graphed else rate
-            group["capturable"] = graphed
+        if graphed:  # the rate as this step keeps it
+            use_device_lr(optimizer, params[0].device)
+        else:
+            for group in optimizer.param_groups:
+                group["lr"], group["capturable"] = float(group["lr"]), False
         return
     for i, p in enumerate(params):
         values = saved["state"].get(i)

@@ -26,10 +26,8 @@ import torch
 from torch.func import functional_call, stack_module_state, vmap
 
 from bertology.errors import BadInput
+from bertology.train.engine import DESCRIPTIVE
 from bertology.train.step import TrainStep, param_groups
-
-# Config entries that record where a model came from, not what it computes.
-_PROVENANCE = {"_name_or_path", "transformers_version", "_commit_hash", "architectures"}
 
 
 def check_same_architecture(models: list[torch.nn.Module]) -> None:
@@ -42,7 +40,7 @@ def check_same_architecture(models: list[torch.nn.Module]) -> None:
         config = getattr(m, "config", None)
         config = {} if config is None else config.to_dict()
         return {"class": type(m).__name__, "mode": "training" if m.training else "eval",
-                **{f"config {k}": repr(v) for k, v in config.items() if k not in _PROVENANCE},
+                **{f"config {k}": repr(v) for k, v in config.items() if k not in DESCRIPTIVE},
                 **{f"parameter {n}": f"{list(p.shape)} {p.dtype} {'trained' if p.requires_grad else 'frozen'}"
                    for n, p in m.named_parameters()},
                 **{f"buffer {n}": f"{list(b.shape)} {b.dtype}" for n, b in m.named_buffers()}}

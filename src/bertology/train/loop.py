@@ -218,18 +218,15 @@ def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp
         monitored = saved["monitor"]
         start_epoch, start_batch = saved["epoch"], saved["batch"]
         loss_steps = saved["loss_steps"]
+        train_step.sums[SINCE_EVALUATION] = saved["loss_sum"].to(device)
         if "losses" in saved:  # states saved before the series existed resume without its past points
             losses, series_steps = runs.unpack(saved["losses"]), saved["series_steps"]
+            train_step.sums[SINCE_SERIES_POINT] = saved["series_sum"].to(device)
         started -= saved["elapsed"]
         set_rng_state(saved["rng"])
         log(f"resuming at step {step}/{total_steps} (epoch {start_epoch}, batch {start_batch})")
     if hp.compile:
         compile_model(model, device)
-    if saved is not None:
-        train_step.sums[SINCE_EVALUATION] = saved["loss_sum"].to(device)
-        if "series_sum" in saved:
-            train_step.sums[SINCE_SERIES_POINT] = saved["series_sum"].to(device)
-    sums = train_step.sums
 
     untrained = hp.schedule.name == "none"  # the model as built is the result: one evaluation, no steps
 
@@ -317,9 +314,9 @@ def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp
                 now = time.perf_counter()
                 state.save({  # best_state is a CPU copy already, never modified in place
                     **snapshot({"model": runs.all_weights(), "optimizer": optimizer.state_dict(),
-                                "scheduler": scheduler.state_dict(), "loss_sum": sums[SINCE_EVALUATION],
+                                "scheduler": scheduler.state_dict(), "loss_sum": train_step.sums[SINCE_EVALUATION],
                                 "rng": rng_state(), "curves": runs.pack(curves), "monitor": monitored,
-                                "losses": runs.pack(losses), "series_sum": sums[SINCE_SERIES_POINT]}),
+                                "losses": runs.pack(losses), "series_sum": train_step.sums[SINCE_SERIES_POINT]}),
                     "identity": identity, "step": step, "epoch": epoch, "batch": i + 1, "loss_steps": loss_steps,
                     "series_steps": series_steps,
                     "best": runs.pack(best), "best_state": runs.pack(best_state),
