@@ -18,37 +18,52 @@ if TYPE_CHECKING:  # gpu.py imports this module: its Bench only names the type h
     from gpu import Bench
 
 
+def random_batch(rng: np.random.Generator, vocab: int, rows: int, width: int) -> dict[str, np.ndarray]:
+    """A training batch of in-vocabulary tokens, every position attended, random binary labels."""
+    return {"input_ids": rng.integers(min(1000, vocab // 2), vocab, (rows, width)),
+            "attention_mask": np.ones((rows, width), dtype=np.int64),
+            "token_type_ids": np.zeros((rows, width), dtype=np.int64), "labels": rng.integers(0, 2, rows)}
+
+
+def training_step(b: Bench, head, k: int, *, fused: bool, graphed: bool, lr: float, weight_decay: float,
+                  warmup: int, total: int, dropout: bool = True):
+    """K fresh models (seeds 0..K-1) of the bench's checkpoint as one run's step (K = 1) or K fused runs',
+    eager or graphed, with a linear schedule; without `dropout`, in eval mode."""
+    from transformers import get_linear_schedule_with_warmup
+
+    from bertology.train.fused import FusedStep
+    from bertology.train.graphs import GraphedStep
+    from bertology.train.step import TrainStep, param_groups
+
+    models = []
+    for seed in range(k):
+        torch.manual_seed(seed)
+        models.append(head.load(b.path, device=b.device))
+    if fused:
+        step = FusedStep(models, lr=lr, weight_decay=weight_decay, max_grad_norm=1.0)
+    else:
+        (model,) = models
+        step = TrainStep(model, torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, fused=True),
+                         max_grad_norm=1.0, device=b.device)
+    step.model.train(dropout)  # without dropout eager and graphed steps compute the same thing
+    scheduler = get_linear_schedule_with_warmup(step.optimizer, warmup, total)
+    return (GraphedStep(step, log=lambda _: None) if graphed else step), scheduler
+
+
 def graphs_agree(b: Bench, head, vocab: int) -> None:
     """On CUDA, before the timings: whether the graphed steps train as the eager ones. One run and K = 2 fused
     runs, eager and as CUDA graphs, 8 steps from the same weights on the same 8 batches (each its own tokens
     and labels), dropout off (eval mode, so no RNG stream differs): the largest difference of a step's loss.
     bf16 noise is about 1e-2; a wrong capture (stale inputs, state re-created on replay) is far larger."""
-    from transformers import get_linear_schedule_with_warmup
-
-    from bertology.train.fused import FusedStep
-    from bertology.train.graphs import GraphedStep
-    from bertology.train.step import SINCE_CONSOLE_LINE, TrainStep, param_groups
+    from bertology.train.step import SINCE_CONSOLE_LINE
 
     rng = np.random.default_rng(1)
-    batches = [{"input_ids": rng.integers(1000, vocab, (32, 128)), "attention_mask": np.ones((32, 128), dtype=np.int64),
-                "token_type_ids": np.zeros((32, 128), dtype=np.int64), "labels": rng.integers(0, 2, 32)}
-               for _ in range(8)]
+    batches = [random_batch(rng, vocab, 32, 128) for _ in range(8)]
     losses = {}
     for kind, k in (("one run", 1), ("fused", 2)):
         for graphed in (False, True):
-            models = []
-            for seed in range(k):
-                torch.manual_seed(seed)
-                models.append(head.load(b.path, device=b.device))
-            if kind == "one run":
-                step = TrainStep(models[0], torch.optim.AdamW(param_groups(models[0], 0.01), lr=1e-4, fused=True),
-                                 max_grad_norm=1.0, device=b.device)
-            else:
-                step = FusedStep(models, lr=1e-4, weight_decay=0.01, max_grad_norm=1.0)
-            step.model.eval()  # no dropout: eager and graphed then compute the same thing
-            scheduler = get_linear_schedule_with_warmup(step.optimizer, 2, 100)
-            if graphed:
-                step = GraphedStep(step, log=lambda _: None)
+            step, scheduler = training_step(b, head, k, fused=kind == "fused", graphed=graphed, lr=1e-4,
+                                            weight_decay=0.01, warmup=2, total=100, dropout=False)
             per_step = []
             for batch in batches:
                 step(batch)
@@ -56,7 +71,7 @@ def graphs_agree(b: Bench, head, vocab: int) -> None:
                 per_step.append(np.atleast_1d(step.total(SINCE_CONSOLE_LINE)))
                 step.reset(SINCE_CONSOLE_LINE)
             losses[kind, graphed] = np.stack(per_step)  # [steps, runs]
-            del step, models
+            del step, scheduler
             torch.cuda.empty_cache()
     agreement = {"one run: graphed vs eager": float(np.abs(losses["one run", True] - losses["one run", False]).max()),
                  "fused: graphed vs eager": float(np.abs(losses["fused", True] - losses["fused", False]).max()),
@@ -75,23 +90,15 @@ def part_fused(b: Bench, ks: tuple[int, ...]) -> None:
     to a per-run loop (a missing batching rule) fails the row: on CUDA every kernel of the step has one."""
     import warnings
 
-    from transformers import get_linear_schedule_with_warmup
-
-    from bertology.train.fused import FusedStep
-    from bertology.train.graphs import GraphedStep
-    from bertology.train.step import TrainStep, param_groups
+    from transformers import AutoConfig
 
     task = tasks.get_task("sst2")
     head = head_for(task)
     steps, warm = (40, 3) if b.cuda else (3, 1)
     rng = np.random.default_rng(0)
     width, rows = 128 if b.cuda else 32, b.hp.batch_size
-    from transformers import AutoConfig
-
     vocab = AutoConfig.from_pretrained(b.path).vocab_size
-    batch = {"input_ids": rng.integers(min(1000, vocab // 2), vocab, (rows, width)),
-             "attention_mask": np.ones((rows, width), dtype=np.int64),
-             "token_type_ids": np.zeros((rows, width), dtype=np.int64), "labels": rng.integers(0, 2, rows)}
+    batch = random_batch(rng, vocab, rows, width)
     b.rec.lines("## K runs fused into one model (steady state, fixed 32 x 128 batches)", "")
     if b.cuda:
         graphs_agree(b, head, vocab)
@@ -103,21 +110,8 @@ def part_fused(b: Bench, ks: tuple[int, ...]) -> None:
             try:
                 with warnings.catch_warnings():
                     warnings.filterwarnings("error", message="There is a performance drop")
-                    models = []
-                    for seed in range(k):
-                        torch.manual_seed(seed)
-                        models.append(head.load(b.path, device=b.device).train())
-                    if kind == "one run":
-                        (model,) = models
-                        step = TrainStep(model, torch.optim.AdamW(param_groups(model, b.hp.weight_decay), lr=b.hp.lr,
-                                                                   fused=True), max_grad_norm=1.0, device=b.device)
-                    else:
-                        step = FusedStep(models, lr=b.hp.lr, weight_decay=b.hp.weight_decay, max_grad_norm=1.0)
-                        del models
-                    optimizer = step.optimizer
-                    scheduler = get_linear_schedule_with_warmup(optimizer, 10, 10_000)
-                    if graphed:
-                        step = GraphedStep(step, log=lambda _: None)
+                    step, scheduler = training_step(b, head, k, fused=kind == "fused", graphed=graphed, lr=b.hp.lr,
+                                                    weight_decay=b.hp.weight_decay, warmup=10, total=10_000)
                     for _ in range(warm):
                         step(batch)
                         scheduler.step()
@@ -134,7 +128,7 @@ def part_fused(b: Bench, ks: tuple[int, ...]) -> None:
                 b.rec.lines(f"| {name} | {k} | failed: {type(e).__name__}: {str(e)[:80]} | | | | |")
                 continue
             finally:
-                step = optimizer = scheduler = None
+                step = scheduler = None
                 if b.cuda:
                     torch.cuda.empty_cache()
             seq_s = k * rows * steps / seconds
