@@ -57,16 +57,23 @@ def curves_table(curves: list[dict], losses: list[dict] = ()) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=TABLES["curves"])
 
 
+def finished(store: Store, cell: Cell) -> bool:
+    """Whether the cell's run is published as it is needed; one published without the weights it now needs
+    is deleted (training is deterministic: the same result, this time with its weights)."""
+    key = run_key(cell.run.id, "finetune")
+    done = store.is_done(key)
+    if done and cell.keep_weights and not store.exists(f"{key}/model/config.json"):
+        log.info("run %s: finished without its weights, which are needed now: training it again", cell.run.id)
+        store.delete_prefix(key)
+        done = False
+    return done
+
+
 def finetune(store: Store, cell: Cell) -> str:
     run = cell.run
     key = run_key(run.id, "finetune")
     state_key = run_key(run.id, "finetune-state")
-    done = store.is_done(key)
-    if done and cell.keep_weights and not store.exists(f"{key}/model/config.json"):
-        log.info("run %s: finished without its weights, which are needed now: training it again", run.id)
-        store.delete_prefix(key)  # training is deterministic: the same result, this time with its weights
-        done = False
-    if done:  # a finished run is never resumed
+    if finished(store, cell):  # a finished run is never resumed
         log.info("run %s: finetune cached", run.id)
         if store.list(state_key):  # killed after publishing, before the state was deleted
             store.delete_prefix(state_key)
@@ -235,13 +242,7 @@ def run(store: Store, args) -> None:
     cells = require_cells(store, args, "finetune")
     if any(cell.run.regime.fused for cell in cells):  # the study's fuse K: groups of runs as one model each
         for group in fused_groups(store, cells, shared_gpu.execution_setting(store, args, "fuse")):
-            todo = []
-            for cell in group:
-                key = run_key(cell.run.id, "finetune")
-                if store.is_done(key) and cell.keep_weights and not store.exists(f"{key}/model/config.json"):
-                    store.delete_prefix(key)  # finished without the weights needed now (as `finetune` does)
-                if not store.is_done(key):
-                    todo.append(cell)
+            todo = [cell for cell in group if not finished(store, cell)]
             if todo:
                 train_runs(store, todo)
             for cell in group:  # each finished now: publishes its tables (`finetune` as for any cached run)
