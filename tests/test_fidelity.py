@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 
+import polars as pl
 import pytest
 import torch
 import yaml
@@ -445,7 +446,7 @@ def test_the_oracle_shuffles_each_weight_matrix_and_names_its_globs():
     # the wider reading is opt-in: the default study runs one oracle, as many runs as before
     assert [v.name for v in spec.variants] == ["pre-trained", "shuffled", "oracle", "norm-matched",
                                                "variance-matched", "clean"]
-    assert len(spec.cells()) == 6 * 9
+    assert len(spec.cells()) == (3 * 3 + 3) * 9  # three seeds for the columns Table 6 repeats, one for its own
     wide = study("init-distribution", variants=_oracle_all_tensors())
     assert [v.name for v in wide.variants] == ["oracle-all-tensors"]
     assert chain(wide, "oracle-all-tensors") == [{"name": "permute-within", "params": {}}]  # default: every tensor
@@ -529,3 +530,35 @@ def test_the_oracle_leaves_biases_layernorms_and_the_pretraining_head_alone_and_
                                                            variants=_oracle_all_tensors()))
     assert {k for k in before if not torch.equal(before[k], everything[k])} == {
         k for k in before if k != "bert.embeddings.position_ids"}  # a buffer, not a parameter
+
+
+# 13. Best of three beside one run: Tables 6 and 8 (monolingual report §7)
+
+SECTION_7 = ("Each experiment in section 3 and section 4 is performed three times with no fixed random seed and the "
+             "best epoch of the best run is reported. Each experiment in section 5 and section 6 is performed once "
+             "and the best epoch is reported.")
+
+
+@pytest.mark.parametrize("name, repeated, own", [
+    ("init-distribution", {"pre-trained", "shuffled", "clean"}, {"oracle", "norm-matched", "variance-matched"}),
+    ("layer-removal", {"base", "clean"}, {"distil", "remove last 6", "remove every 2"}),
+])
+def test_the_columns_a_section_5_6_table_repeats_run_three_times_and_its_own_once(name, repeated, own):
+    """Table 6 (§5.2) and Table 8 (§6) repeat Table 1's and Table 4's columns (§3–4, best of three) beside
+    their own one-run columns: the study runs each column as the report did, and compares like with like."""
+    from bertology.results import paper_comparison as pc
+
+    words = quoted("monolingual-pretraining-benefits", SECTION_7)
+    assert f'"{words}"' in _workflow_header(name)
+    spec = study(name)
+    assert spec.seeds == (1, 2, 3)
+    seeds: dict[str, set[int]] = {}
+    for cell in spec.cells():
+        seeds.setdefault(cell.variant, set()).add(cell.run.seed)
+    assert seeds == {**{v: {1, 2, 3} for v in repeated}, **{v: {1} for v in own}}
+    # the report's cells of those columns are its best run, the others one run
+    numbers = pc.paper_numbers(name).filter(pl.col("quantity").is_in(["best", "single"]))
+    quantity = dict(numbers.select("variant", "quantity").unique().iter_rows())
+    printed = own & set(quantity)  # §5.1's norm- and variance-matched runs have no column ("no significant differences")
+    assert quantity == {**{v: "best" for v in repeated}, **{v: "single" for v in printed}} and printed
+    assert "Assumed: seeds 1, 2 and 3" in _workflow_header(name)

@@ -142,15 +142,41 @@ def test_each_table_is_the_quantity_its_report_printed():
     cross = (PAPERS / "crosslingual-finetuning-representations.txt").read_text()
     assert "we run 5 training sessions where a different layer unfreezing scheme is followed" in cross
     numbers = pc.paper_numbers()
-    quantity = dict(numbers.filter(pl.col("quantity").is_in(["best", "single", "mean"])).select(
+    runs = numbers.filter(pl.col("quantity").is_in(["best", "single", "mean"]))
+    quantity = dict(runs.filter(~pl.col("table").is_in(["Table 6", "Table 8"])).select(
         pl.concat_str("report", "table", separator=":"), "quantity").unique().iter_rows())
     mono_tables = {f"monolingual-pretraining-benefits:Table {t}": q for t, q in
-                   (("1", "best"), ("3", "best"), ("4", "best"), ("5", "best"), ("6", "single"), ("8", "single"))}
+                   (("1", "best"), ("3", "best"), ("4", "best"), ("5", "best"))}
     assert quantity == {**mono_tables, "bert-goes-to-college:Figure 2": "best",
                         "bert-goes-to-college:§5.6 MRPC table": "single",
                         "bert-goes-to-college:Figure 5 baseline": "single",
                         "bert-goes-to-college:Figure 6 baseline": "single",
                         "crosslingual-finetuning-representations:Table 2": "single"}
+    # Tables 6 and 8 (§5–6, one run) set beside their own columns the §3–4 columns they repeat
+    mixed = dict(runs.filter(pl.col("table").is_in(["Table 6", "Table 8"])).select(
+        pl.concat_str("table", "column", separator=":"), "quantity").unique().iter_rows())
+    assert mixed == {"Table 6:Pre-trained": "best", "Table 6:Shuffled": "best", "Table 6:Clean": "best",
+                     "Table 6:Oracle": "single", "Table 8:base": "best", "Table 8:clean": "best",
+                     "Table 8:distil": "single", "Table 8:remove/Last 6": "single", "Table 8:remove/Every 2": "single"}
+
+
+def test_the_columns_tables_6_and_8_repeat_are_those_of_tables_1_and_4():
+    """Why Table 6's Pre-trained, Shuffled and Clean and Table 8's base and clean are best runs of three:
+    cell for cell, they are Table 1's and Table 4's numbers (each repeated cell's note says which)."""
+    numbers = pc.paper_numbers().filter(pl.col("report") == "monolingual-pretraining-benefits")
+    cell = {(t, r, c): v for t, r, c, v in numbers.select("table", "row", "column", "value").iter_rows()}
+    source = {("Table 6", "Pre-trained"): ("Table 1", "Pre-trained"), ("Table 6", "Clean"): ("Table 1", "Clean"),
+              ("Table 6", "Shuffled"): ("Table 4", "EN/shuff"), ("Table 8", "base"): ("Table 1", "Pre-trained"),
+              ("Table 8", "clean"): ("Table 1", "Clean")}
+    rows = sorted({r for t, r, _ in cell if t == "Table 6"})
+    assert len(rows) == 10
+    for (table, column), (origin, origin_column) in source.items():
+        assert [cell[table, r, column] for r in rows] == [cell[origin, r, origin_column] for r in rows]
+        repeated = numbers.filter((pl.col("table") == table) & (pl.col("column") == column))
+        assert repeated["note"].str.starts_with(f"repeats {origin}'s").all()
+    # the one-run columns are no table's repeat: the oracle's CoLA, 0.16, is in no §3–4 table's column
+    assert cell["Table 6", "CoLA", "Oracle"] not in {cell[k] for k in cell if k[0] in ("Table 1", "Table 4")
+                                                      and k[1] == "CoLA"}
 
 
 # -- the comparison on hand-made main tables ------------------------------------------------------------
@@ -207,16 +233,51 @@ def test_orderings_hold_overlap_violate_or_are_not_run():
 
 
 def test_a_single_run_table_is_compared_with_our_mean_and_judged_on_it():
-    """Table 6 ran once (§7): ours is the mean over runs, the estimate of one run; with one seed, that run."""
-    summary = _summary([("oracle", "sst2", "validation", "accuracy", 0.80, 0.78, 0.82, 2),
-                        ("clean", "sst2", "validation", "accuracy", 0.55, 0.50, 0.60, 2)])
-    best = _best(summary, {("oracle", "sst2"): 0.81, ("clean", "sst2"): 0.60})
-    cells = pc.compare_cells("init-distribution", pc.our_values(summary, best=best)).filter(
+    """Table 8's own columns ran once (§7): ours is the mean over runs, the estimate of one run; with one seed,
+    that run."""
+    summary = _summary([("remove last 6", "sst2", "validation", "accuracy", 0.80, 0.78, 0.82, 2),
+                        ("remove every 2", "sst2", "validation", "accuracy", 0.75, 0.70, 0.80, 2)])
+    best = _best(summary, {("remove last 6", "sst2"): 0.81, ("remove every 2", "sst2"): 0.83})  # not compared
+    cells = pc.compare_cells("layer-removal", pc.our_values(summary, best=best)).filter(
         pl.col("status") == "compared")
     assert set(cells["quantity"]) == {"single"}
-    assert dict(zip(cells["variant"], cells["ours"])) == {"oracle": 0.80, "clean": 0.55}
-    status = {o["ordering"]: o["status"] for o in pc.compare_orderings(cells).iter_rows(named=True)}
-    assert status["Oracle > Clean"] == "holds"  # SST-2: 0.84 > 0.51 in the report
+    assert dict(zip(cells["variant"], cells["ours"])) == {"remove last 6": 0.80, "remove every 2": 0.75}
+    # SST-2: remove/Last 6 0.91 = remove/Every 2 0.91 in the report, a tie that implies no ordering; MRPC
+    # (0.85 > 0.84) is not run
+    orderings = pc.compare_orderings(cells)
+    assert orderings.filter(pl.col("group") == "Table 8/SST-2").is_empty()
+    summary = summary.with_columns(pl.lit("mrpc").alias("task"), pl.lit("f1").alias("metric"))
+    best = best.with_columns(pl.lit("mrpc").alias("task"), pl.lit("f1").alias("metric"))
+    mrpc = pc.compare_orderings(pc.compare_cells("layer-removal", pc.our_values(summary, best=best)))
+    status = {o["ordering"]: (o["status"], o["mixed"]) for o in mrpc.filter(pl.col("status") != "not run").iter_rows(named=True)}
+    assert status == {"remove/Last 6 > remove/Every 2": ("holds (within CI overlap)", False)}  # the means decide
+
+
+def test_an_ordering_between_a_best_run_and_one_run_says_so():
+    """Table 6 sets Table 1's best of three (Pre-trained, Clean) and Table 4's (Shuffled) beside the oracle's
+    one run: each side is judged on its own quantity, and the ordering and the verdict name the mix."""
+    summary = _summary([("pre-trained", "sst2", "validation", "accuracy", 0.90, 0.88, 0.92, 3),
+                        ("shuffled", "sst2", "validation", "accuracy", 0.80, 0.78, 0.82, 3),
+                        ("oracle", "sst2", "validation", "accuracy", 0.70, None, None, 1),
+                        ("clean", "sst2", "validation", "accuracy", 0.50, 0.48, 0.52, 3)])
+    best = _best(summary, {("pre-trained", "sst2"): 0.91, ("shuffled", "sst2"): 0.81, ("oracle", "sst2"): 0.70,
+                           ("clean", "sst2"): 0.69})
+    cells = pc.compare_cells("init-distribution", pc.our_values(summary, best=best))
+    ours = {r["variant"]: (r["quantity"], r["ours"]) for r in cells.filter(pl.col("status") == "compared").iter_rows(named=True)}
+    assert ours == {"pre-trained": ("best", 0.91), "shuffled": ("best", 0.81), "oracle": ("single", 0.70),
+                    "clean": ("best", 0.69)}
+    orderings = pc.compare_orderings(cells).filter(pl.col("status") != "not run")
+    by = {o["ordering"]: o for o in orderings.iter_rows(named=True)}
+    # SST-2 in Table 6: Pre-trained 0.92 > Oracle 0.84 > Shuffled 0.83 > Clean 0.51
+    assert {k: (o["quantity"], o["quantity_lower"], o["mixed"], o["status"]) for k, o in by.items()} == {
+        "Pre-trained > Oracle": ("best", "single", True, "holds"),
+        "Oracle > Shuffled": ("single", "best", True, "violated"),  # 0.70 against the best of 0.81
+        "Shuffled > Clean": ("best", "best", False, "holds"),
+    }
+    assert pc.quantity_label("best", "single") == "best run vs one run"
+    assert pc.quantity_label("best", "best") == "best run"
+    assert pc.verdict(orderings) == ("2 of 3 orderings hold (1 mixed: best run vs one run; "
+                                     "1 mixed: one run vs best run)")
 
 
 def test_overlapping_intervals_and_single_seeds():

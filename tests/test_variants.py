@@ -44,6 +44,9 @@ def test_grid_rows_and_a_whole_placeholder_keeps_the_values_type():
     ([{"name": "x", "regime": "probe"}], "regime must be an object"),
     ([{"name": "x", "colour": 1}], "each variant must be"),
     ([{"name": "x{n}", "grid": {"n": [1, 2]}}], "grid axis 'n' is a results column name"),
+    ([{"name": "x", "runs": 0}], r"variant 'x' runs must be a whole number >= 1 .*got 0"),
+    ([{"name": "x", "runs": "1"}], r"variant 'x' runs must be a whole number >= 1 .*got '1'"),
+    ([{"name": "x", "runs": True}], r"variant 'x' runs must be a whole number >= 1 .*got True"),
 ])
 def test_bad_variants_are_named(value, message):
     with pytest.raises(BadInput, match=message):
@@ -77,6 +80,29 @@ def test_intermediates_add_a_sequential_run_per_pair_next_to_the_direct_run():
                      ("cola", "mrpc")]
     after = spec.cells()[1].run.after
     assert after.checkpoint == spec.cells()[1].run.checkpoint and after.seed == 1 and after.after is None
+
+
+def test_a_variants_runs_takes_the_first_of_the_studys_seeds_and_names_it_in_the_id():
+    spec, _ = StudySpec.from_params("s", {"tasks": '["sst2"]', "seeds": "[5, 2, 9]", "variants": json.dumps([
+        {"name": "three", "interventions": []}, {"name": "once", "runs": 1, "interventions": []},
+        {"name": "more", "runs": 7, "interventions": []}])})
+    seeds = {}
+    for cell in spec.cells():
+        seeds.setdefault(cell.variant, []).append(cell.run.seed)
+    assert seeds == {"three": [5, 2, 9], "once": [5], "more": [5, 2, 9]}  # more runs than seeds: all of them
+    assert {v.name: v.to_dict().get("runs") for v in spec.variants} == {"three": None, "once": 1, "more": 7}
+    # a variant's runs is the study's design (in its id), and the runs it keeps are the same runs
+    fewer, _ = StudySpec.from_params("s", {"tasks": '["sst2"]', "seeds": "[5, 2, 9]", "variants": json.dumps([
+        {"name": "three", "interventions": []}, {"name": "once", "runs": 2, "interventions": []},
+        {"name": "more", "runs": 7, "interventions": []}])})
+    assert fewer.id != spec.id
+    assert {(c.variant, c.run.id) for c in spec.cells()} < {(c.variant, c.run.id) for c in fewer.cells()}
+    assert len(fewer.cells()) == len(spec.cells()) + 1
+    # under the tiny preset's two seeds, a variant that runs once still runs once
+    tiny, _ = StudySpec.from_params("s", {"preset": "tiny", "seeds": "default:[1, 2, 3]", "variants": json.dumps([
+        {"name": "three", "interventions": []}, {"name": "once", "runs": 1, "interventions": []}])})
+    assert {c.run.seed for c in tiny.cells() if c.variant == "once"} == {1}
+    assert {c.run.seed for c in tiny.cells() if c.variant == "three"} == {1, 2}
 
 
 def test_a_variant_regime_overrides_the_study_regime_and_a_variant_model_runs_once():

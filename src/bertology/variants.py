@@ -6,6 +6,9 @@ A variant is `{"name": …, "interventions": […]}`, with optional keys:
   schemes are variants of one study: `{"name": "freeze", "train_layers": "last:3"}`);
 - `model`: a model reference that replaces the study's model for this variant (layer-removal compares
   with distilbert/distilbert-base-uncased, which is a checkpoint of its own, not an intervention);
+- `runs`: how many of the study's seeds this variant runs, the first `runs` of them (default: all). The
+  monolingual report ran its §3–4 experiments three times and its §5–6 ones once (§7), and its Table 6 sets
+  both side by side, so init-distribution runs the oracle once beside a pre-trained model run three times;
 - `grid`: expand the variant over values. `{"k": [1, 2, 3]}` is one axis; several axes multiply
   (`{"layer": [0, 1], "head": [0, 1, 2]}` gives 6 variants, the first axis slowest); a list of objects
   (`[{"k": 1, "from": 0}, …]`) gives one variant per object. Every `{axis}` in the name, the chain, the
@@ -27,13 +30,13 @@ from typing import Any
 from bertology.errors import BadInput
 from bertology.spec import Intervention
 
-KEYS = {"name", "interventions", "regime", "model", "grid"}
+KEYS = {"name", "interventions", "regime", "model", "grid", "runs"}
 # Grid axes become columns of the analysis tables next to these, so they may not take their names.
 RESERVED_AXES = {"study", "variant", "model", "task", "source", "fraction", "count", "seed", "run_id", "split",
                  "metric", "value", "primary", "intermediate", "n", "mean", "sd", "ci_low", "ci_high", "p_value",
                  "delta", "baseline_mean", "step", "epoch", "index", "over"}
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
-_SHAPE = ('{"name": str, "interventions": [...]} with optional "regime": {...}, "model": str, '
+_SHAPE = ('{"name": str, "interventions": [...]} with optional "regime": {...}, "model": str, "runs": int, '
           '"grid": {axis: [values]} or [{axis: value}, ...]')
 
 
@@ -47,6 +50,7 @@ class Variant:
     regime: dict = field(default_factory=dict)
     model: str | None = None
     levels: dict = field(default_factory=dict)
+    runs: int | None = None  # the first `runs` of the study's seeds (None: all of them)
 
     def to_dict(self) -> dict:
         d: dict[str, Any] = {"name": self.name, "interventions": [i.to_dict() for i in self.interventions]}
@@ -54,10 +58,16 @@ class Variant:
             d["regime"] = dict(self.regime)
         if self.model is not None:
             d["model"] = self.model
+        if self.runs is not None:
+            d["runs"] = self.runs
         if self.levels:
             d["levels"] = dict(self.levels)
             d["axes"] = list(self.levels)  # the grid's axis order (stores sort keys): the first is the x axis
         return d
+
+    def seeds(self, study_seeds: tuple[int, ...]) -> tuple[int, ...]:
+        """The seeds this variant runs: the study's, or the first `runs` of them."""
+        return study_seeds if self.runs is None else study_seeds[:self.runs]
 
     @property
     def unmodified(self) -> bool:
@@ -120,7 +130,11 @@ def _variant(item: dict, levels: dict) -> Variant:
     model = item.get("model")
     if model is not None and (not isinstance(model, str) or not model):
         raise BadInput(f"variant '{name}' model must be a model reference, got {model!r}")
-    return Variant(name, tuple(Intervention.from_dict(i) for i in chain), regime, model, levels)
+    runs = item.get("runs")
+    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
+        raise BadInput(f"variant '{name}' runs must be a whole number >= 1 (how many of the study's seeds it runs), "
+                       f"got {runs!r}")
+    return Variant(name, tuple(Intervention.from_dict(i) for i in chain), regime, model, levels, runs)
 
 
 def _substitute(value: Any, levels: dict, variant: str) -> Any:

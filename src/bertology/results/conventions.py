@@ -7,8 +7,10 @@ parameter of each workflows/<study>.yaml). A study under another name gets no pa
 
 - The monolingual report (§7) prints, for §3–4 (Tables 1, 3–5), "the best epoch of the best run" of three
   runs, and for §5–6 (Tables 6–8) one run at its best epoch ("performed once and the best epoch is
-  reported"); it gives no mean or sd. Its studies' reports carry the Best run section, and the comparison
-  with the paper uses the report's own quantity (paper_numbers.csv's `quantity`: best, single).
+  reported"); it gives no mean or sd. Tables 6 and 8 repeat Table 1's and Table 4's columns beside their
+  own, so those columns are best runs of three (their studies run them with three seeds, the others once:
+  a variant's `runs`). Its studies' reports carry the Best run section, and the comparison with the paper
+  uses the report's own quantity, cell by cell (paper_numbers.csv's `quantity`: best, single).
 - The college report's Figure 2 (the sequential matrix) shows MRPC by accuracy ("MRPC … acc"), not by
   F1, the task's primary metric, and the better of two runs.
 - How each report chose the weights it reports (`selection`: the best epoch on dev, or the last), with its

@@ -15,7 +15,7 @@ import polars as pl
 
 from bertology.results.cells import mean_sd_n
 from bertology.results.labels import variant_labels
-from bertology.results.paper_comparison import QUANTITIES, verdict
+from bertology.results.paper_comparison import quantity_label, verdict
 from bertology.results.study_results import with_defaults
 from bertology.store import Store
 
@@ -69,14 +69,14 @@ def main_table(main: pl.DataFrame, spec: dict) -> pl.DataFrame:
 def tested_orderings(orderings: pl.DataFrame) -> pl.DataFrame:
     """The report's orderings our results could test (not "not run"): the report's table and row or column
     (`group`), the ordering as the report names it, our two values of the quantity the report printed
-    (e.g. the best run, for the monolingual report's Table 1; paper_comparison.QUANTITIES), and whether it
+    (e.g. the best run, for the monolingual report's Table 1; paper_comparison.quantity_label), and whether it
     holds."""
     def ours(s: dict) -> str:
-        return f"{s['ours_higher']:.3f} vs {s['ours_lower']:.3f} ({QUANTITIES.get(s['quantity'], s['quantity'])})"
+        return f"{s['ours_higher']:.3f} vs {s['ours_lower']:.3f} ({quantity_label(s['quantity'], s['quantity_lower'])})"
 
     return orderings.filter(pl.col("status") != "not run").select(
         "group", "ordering",
-        pl.struct("ours_higher", "ours_lower", "quantity").map_elements(ours, return_dtype=pl.String).alias("ours"),
+        pl.struct("ours_higher", "ours_lower", "quantity", "quantity_lower").map_elements(ours, return_dtype=pl.String).alias("ours"),
         "status")
 
 

@@ -243,6 +243,7 @@ class StudySpec:
     def cells(self) -> list[Cell]:
         """Every run of the study in table order: model, task, size, intermediate, variant, seed.
 
+        A variant with `runs` runs only the first `runs` seeds.
         A variant with its own model runs once, not once per study model (duplicates are dropped). A
         sequential run's intermediate run uses the same checkpoint, regime, size and seed. A cell keeps its
         fine-tuned weights (`keep_weights`) when the study asks, or when its run is another's intermediate run.
@@ -251,7 +252,7 @@ class StudySpec:
         skip = set(self.not_applied)
         for model, task, size, after, variant, seed in itertools.product(
                 self.models, self.tasks, self.sizes, (None, *self.intermediates), self.variants, self.seeds):
-            if (variant.name, model) in skip:
+            if (variant.name, model) in skip or seed not in variant.seeds(self.seeds):
                 continue
             base = self.model_of(model, variant)
             checkpoint = self.checkpoint(model, variant, seed)

@@ -55,7 +55,10 @@ def comparison(results, summary, levels):
     for name, label in labels.items():  # head variants as the papers number them (L1H1)
         named = named.str.replace_all(rf"\b{name}\b", label)
     shown_orderings = orderings.with_columns(named.alias("ordering")).select(
-        "table", "group", pl.col("quantity").replace(paper_comparison.QUANTITIES), "ordering",
+        "table", "group",
+        pl.struct("quantity", "quantity_lower").map_elements(
+            lambda q: paper_comparison.quantity_label(q["quantity"], q["quantity_lower"]),
+            return_dtype=pl.String).alias("quantity"), "ordering",
         cell_text(lambda a, b: f"{a:.4g} > {b:.4g}", "paper_higher", "paper_lower", name="report"),
         cell_text(lambda a, b, ca, cb: f"{num(a)} vs {num(b)}" + (f" ({ca} vs {cb})" if ca and cb else ""),
               "ours_higher", "ours_lower", "ci_higher", "ci_lower", name="this run"), "status")
