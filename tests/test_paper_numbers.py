@@ -349,3 +349,14 @@ def test_the_report_section_renders_and_the_report_command_prints_the_verdict(tm
     out = capsys.readouterr().out
     assert "the report vs this run: 2 of 2 orderings hold (" in out
     assert (tmp_path / "studies/reversed-layers/00000000000000cc/tables/paper_orderings.parquet").exists()
+
+
+def test_the_console_reads_orderings_stored_before_mixed_ones_were_told_apart():
+    """An aggregate of an older study has paper_orderings without `quantity_lower`: its orderings are of one
+    quantity each, and the console's summary still prints them."""
+    from bertology.results.summary import tested_orderings
+
+    old = pl.DataFrame({"group": ["Table 1/CoLA", "Table 1/RTE"], "ordering": ["A > B", "A > C"],
+                        "quantity": ["best", "best"], "ours_higher": [0.6, 0.5], "ours_lower": [0.1, 0.55],
+                        "status": ["holds", "not run"]})
+    assert tested_orderings(old).rows() == [("Table 1/CoLA", "A > B", "0.600 vs 0.100 (best run)", "holds")]

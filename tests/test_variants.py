@@ -189,3 +189,16 @@ def test_plan_makes_the_datasets_of_intermediate_runs_too(tmp_path):
     assert set(work["datasets"]) == wanted
     plan = json.loads(next(tmp_path.glob("studies/s/*/plan.json")).read_text())
     assert set(plan["datasets"]) == wanted
+
+
+def test_the_reports_settings_say_which_variants_ran_fewer_times():
+    """init-distribution's own columns run once beside the three-seed ones: its report's settings say so."""
+    from bertology.results.report.document import settings
+    from bertology.results.study_results import with_defaults
+
+    spec, _ = StudySpec.from_params("init-distribution", {"seeds": "[1, 2, 3]", "variants": json.dumps([
+        {"name": "pre-trained", "interventions": []}, {"name": "oracle", "runs": 1, "interventions": []},
+        {"name": "twice", "runs": 2, "interventions": []}, {"name": "all", "runs": 3, "interventions": []}])})
+    assert "seeds [1, 2, 3] (oracle once, twice 2 times: the first of them);" in settings(with_defaults(json.loads(json.dumps(spec.to_dict()))))
+    alone, _ = StudySpec.from_params("s", {"seeds": "[1]"})
+    assert "seeds [1];" in settings(with_defaults(json.loads(json.dumps(alone.to_dict()))))

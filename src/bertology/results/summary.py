@@ -74,6 +74,8 @@ def tested_orderings(orderings: pl.DataFrame) -> pl.DataFrame:
     def ours(s: dict) -> str:
         return f"{s['ours_higher']:.3f} vs {s['ours_lower']:.3f} ({quantity_label(s['quantity'], s['quantity_lower'])})"
 
+    if "quantity_lower" not in orderings.columns:  # an aggregate from before mixed orderings were told apart
+        orderings = orderings.with_columns(pl.col("quantity").alias("quantity_lower"))
     return orderings.filter(pl.col("status") != "not run").select(
         "group", "ordering",
         pl.struct("ours_higher", "ours_lower", "quantity", "quantity_lower").map_elements(ours, return_dtype=pl.String).alias("ours"),

@@ -43,6 +43,10 @@ def settings(spec: dict) -> str:
     parts = [f"Preset `{spec.get('preset')}`", f"models {', '.join(spec.get('models', []))}"]
     if "seeds" in spec:
         parts.append(f"seeds {spec['seeds']}")
+        fewer = {v["name"]: v["runs"] for v in spec["variants"] if v.get("runs", len(spec["seeds"])) < len(spec["seeds"])}
+        if fewer:
+            parts[-1] += " (" + ", ".join(f"{name} {'once' if n == 1 else f'{n} times'}" for name, n in fewer.items()) \
+                + ": the first of them)"
     if "regime" in spec:
         regime = spec["regime"]
         parts.append(f"regime {regime['name']} (lr {regime['lr']}, batch {regime['batch_size']}, "
