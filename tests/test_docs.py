@@ -34,7 +34,7 @@ DOCS = sorted((REPO / "docs").rglob("*.md"))
 BLOCK = re.compile(r"(?:<!-- (?P<marker>[^\n]*?) -->\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.DOTALL)
 DEMO_RUN = ("workflows/reversed-layers.yaml", "-p", "preset=demo", "-p", "seeds=[1]", "-p", "count=64",
             "-p", "epochs=1", "-p", "eval_count=100", "-p", "max_length=20")
-STATUSES = ("holds", "holds (within CI overlap)", "violated (within CI overlap)", "violated")
+STATUSES = ("holds", "holds (within CI overlap)", "tie", "violated (within CI overlap)", "violated")
 
 sys.path.insert(0, str(REPO / "docs"))
 import study_pages

@@ -228,7 +228,7 @@ def test_orderings_hold_overlap_violate_or_are_not_run():
     assert status[("Table 1/SST-2", "Pre-trained > Layers Reversed")] == "not run"
     # WNLI 0.58 > 0.56 = 0.56: two orderings, none between the tied cells
     assert sorted(o for g, o in status if g == "Table 1/WNLI") == ["Pre-trained > Clean", "Pre-trained > Layers Reversed"]
-    assert pc.verdict(orderings) == f"3 of 4 orderings hold ({orderings.height - 4} not run)"
+    assert pc.verdict(orderings) == f"3 of 4 orderings hold (1 violated within CI overlap; {orderings.height - 4} not run)"
     assert set(orderings["quantity"]) == {"best"}
 
 
@@ -276,7 +276,7 @@ def test_an_ordering_between_a_best_run_and_one_run_says_so():
     }
     assert pc.quantity_label("best", "single") == "best run vs one run"
     assert pc.quantity_label("best", "best") == "best run"
-    assert pc.verdict(orderings) == ("2 of 3 orderings hold (1 mixed: best run vs one run; "
+    assert pc.verdict(orderings) == ("2 of 3 orderings hold (1 violated; 1 mixed: best run vs one run; "
                                      "1 mixed: one run vs best run)")
 
 
@@ -288,7 +288,21 @@ def test_overlapping_intervals_and_single_seeds():
     assert pc.ordering_status(one, {**one, "ours": 0.59}) == "holds"
     assert pc.ordering_status(one, {**one, "ours": None}) == "not run"
     orderings = pl.DataFrame({"status": ["holds", "holds (within CI overlap)", "violated"]})
-    assert pc.verdict(orderings) == "2 of 3 orderings hold (1 within CI overlap)"
+    assert pc.verdict(orderings) == "2 of 3 orderings hold (1 within CI overlap; 1 violated)"
+
+
+def test_a_tie_is_a_tie_and_the_headline_counts_every_status():
+    """Two runs at the majority class (0.509 and 0.509) neither reproduce nor reverse the report's order,
+    whatever their intervals; the headline's counts add up to every ordering."""
+    a = {"ours": 0.509, "ci_low": 0.50, "ci_high": 0.52, "model": "x", "our_model": "x"}
+    assert pc.ordering_status(a, dict(a)) == "tie"
+    assert pc.ordering_status({**a, "ci_low": None, "ci_high": None}, {**a, "ci_low": None, "ci_high": None}) == "tie"
+    statuses = ["holds", "holds (within CI overlap)", "holds (within CI overlap)", "tie", "tie",
+                "violated (within CI overlap)", "violated", "not run", "not run", "not run"]
+    line = pc.verdict(pl.DataFrame({"status": statuses}))
+    assert line == ("3 of 7 orderings hold (2 within CI overlap; 2 ties; 1 violated within CI overlap; "
+                    "1 violated; 3 not run)")
+    assert pc.verdict(pl.DataFrame({"status": ["tie"]})) == "0 of 1 orderings hold (1 tie)"
 
 
 def test_stand_in_models_compare_orderings_only():

@@ -42,9 +42,12 @@ A > B (`ordering_status`), judged on the report's quantity (`ours`), shown with 
 - "holds": our A > our B, and the bootstrap 95% intervals of their means are disjoint, or either has
   none (fewer than 2 seeds: the values decide alone);
 - "holds (within CI overlap)": our A > B but the intervals overlap;
-- "violated (within CI overlap)": our A <= B, intervals overlapping;
-- "violated": our A <= B, intervals disjoint or absent.
-The verdict counts the first two as holding: "12 of 14 orderings hold".
+- "tie": our A = B exactly (two runs at the majority class, typically): the report's order is neither
+  reproduced nor reversed;
+- "violated (within CI overlap)": our A < B, intervals overlapping;
+- "violated": our A < B, intervals disjoint or absent.
+The verdict counts the first two as holding and names how many of each other status there are: "12 of 14
+orderings hold (3 within CI overlap; 1 tie; 1 violated; 4 not run)".
 Each side is judged on its own cell's quantity, as the report printed it. Where the report's table sets
 two quantities side by side (the monolingual report's Table 6 sets Table 1's best of three runs beside the
 oracle's one run, §7), the ordering is `mixed` (`quantity` is the higher cell's, `quantity_lower` the lower's;
@@ -204,22 +207,27 @@ def ordering_status(a: dict, b: dict) -> str:
                and a["ci_low"] <= b["ci_high"] and b["ci_low"] <= a["ci_high"])
     if a["ours"] > b["ours"]:
         return "holds (within CI overlap)" if overlap else "holds"
+    if a["ours"] == b["ours"]:
+        return "tie"
     return "violated (within CI overlap)" if overlap else "violated"
 
 
 def verdict(orderings: pl.DataFrame) -> str:
-    """One line: "12 of 14 orderings hold", with how many of those hold only within CI overlap, how many of
+    """One line: "12 of 14 orderings hold", then every other count, so that they add up: how many of those
+    hold only within CI overlap, how many tie, how many are violated (within CI overlap, or not), how many of
     the tested ones compare two quantities (the report's best run against its one run), and how many the run
     could not test."""
     status = orderings["status"] if "status" in orderings.columns else pl.Series([], dtype=pl.String)
     tested = int((status != "not run").sum())
     held = int(status.is_in(HOLDS).sum())
-    overlap = int((status == HOLDS[1]).sum())
     not_run = int((status == "not run").sum())
     if tested == 0:
         return (f"no ordering of the report could be tested ({not_run} not run)" if not_run
                 else "the report states no ordering for this study")
-    details = [f"{overlap} within CI overlap"] if overlap else []
+    counts = {label: int((status == s).sum()) for s, label in (
+        (HOLDS[1], "within CI overlap"), ("tie", "tie"), ("violated (within CI overlap)", "violated within CI overlap"),
+        ("violated", "violated"))}
+    details = [f"{n} {label}{'s' if label == 'tie' and n > 1 else ''}" for label, n in counts.items() if n]
     if "mixed" in orderings.columns:
         mixed = orderings.filter(pl.col("mixed") & (pl.col("status") != "not run"))
         for (higher, lower), group in mixed.partition_by("quantity", "quantity_lower", maintain_order=True,
