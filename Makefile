@@ -80,7 +80,7 @@ lint: $(STAMP) $(K8S_TOOLS) $(CHECKOV_STAMP)
 	cp $(CHART_OUT)/kubernetes.yaml $(CHART_OUT)/checkov/  # one directory: checkov links the NetworkPolicy to the pods
 	$(CHECKOV_VENV)/bin/checkov --config-file .checkov.yaml -d $(CHART_OUT)/checkov
 	$(VENV)/bin/hadolint images/*/Dockerfile
-	$(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet  # the theme's end-of-life banner off
 
 # Splits rendered manifests (file argv[1]) by API group: Argo's documents to argv[2], the rest to argv[3].
 define SPLIT_MANIFESTS

@@ -1,10 +1,12 @@
 """The README and the docs site say what the code does.
 
-- Every shell block of the README and the getting-started page names the test that runs it, in an HTML
-  comment on the line above: `<!-- test: run -->` (run here, as it stands), `<!-- test: tests/F.py::NAME -->`
-  (that test runs the command: it exists, and names the command's paths and NAME=VALUE arguments),
-  `<!-- test: cluster -->` (helm, kubectl, argo: rendered and validated below, as far as no cluster allows)
-  or `<!-- test: none, WHY -->`.
+- Every shell block of the README, the docs' home page and the getting-started page names the test that
+  runs it, in an HTML comment on the line above (one blank line between is allowed: inside a content tab,
+  where the blocks are indented, Markdown needs it): `<!-- test: run -->` (run here, as it stands),
+  `<!-- test: tests/F.py::NAME -->` (that test runs the command: it exists, and names the command's paths
+  and NAME=VALUE arguments), `<!-- test: cluster -->` (helm, kubectl, argo: rendered and validated below,
+  as far as no cluster allows) or `<!-- test: none, WHY -->` (only `make test`, the suite itself, and
+  `make install`, which every `make test` runs first).
 - `make demo` prints what the README shows: the README's block is a real demo run's output, and a smaller
   run of the same command (the demo preset, one seed, 64 examples, one epoch, 100 evaluation examples, a
   maximum length of 20 word-pieces, which cuts none of the synthetic SST-2's sentences) prints the same
@@ -29,9 +31,13 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-COMMAND_PAGES = [REPO / "README.md", REPO / "docs" / "getting-started.md"]  # every shell block tested
+# every shell block of these is tested
+COMMAND_PAGES = [REPO / "README.md", REPO / "docs" / "index.md", REPO / "docs" / "getting-started.md"]
 DOCS = sorted((REPO / "docs").rglob("*.md"))
-BLOCK = re.compile(r"(?:<!-- (?P<marker>[^\n]*?) -->\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.DOTALL)
+# A fenced block at any indentation (a content tab's are indented), closed at the same indentation, with the
+# marker comment on the line above it at that indentation, or above one blank line.
+BLOCK = re.compile(r"^(?P<indent>[ \t]*)(?:<!-- (?P<marker>[^\n]*?) -->\n(?:[ \t]*\n)?(?P=indent))?"
+                   r"```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```", re.DOTALL | re.MULTILINE)
 DEMO_RUN = ("workflows/reversed-layers.yaml", "-p", "preset=demo", "-p", "seeds=[1]", "-p", "count=64",
             "-p", "epochs=1", "-p", "eval_count=100", "-p", "max_length=20")
 STATUSES = ("holds", "holds (within CI overlap)", "tie", "violated (within CI overlap)", "violated")
@@ -41,9 +47,14 @@ import study_pages
 
 
 def blocks(page: Path, lang: str | None = None) -> list[tuple[str | None, str]]:
-    """(marker, body) of each fenced block of a page (of one language)."""
-    return [(m["marker"], m["body"]) for m in BLOCK.finditer(page.read_text())
+    """(marker, body) of each fenced block of a page (of one language), the body without the block's
+    indentation."""
+    return [(m["marker"], _dedent(m["body"], m["indent"])) for m in BLOCK.finditer(page.read_text())
             if lang is None or m["lang"] == lang]
+
+
+def _dedent(body: str, indent: str) -> str:
+    return "".join(line.removeprefix(indent) for line in body.splitlines(keepends=True))
 
 
 def commands(body: str) -> list[str]:
@@ -83,7 +94,12 @@ def test_every_shell_block_names_the_test_that_runs_it(page):
         if kind in ("run", "cluster"):
             continue
         if kind.startswith("none, "):
-            assert commands(body) == ["make test"], f"only the test suite itself goes untested: {body}"
+            assert commands(body) in (["make test"], ["make install"]), f"only the test suite goes untested: {body}"
+            if commands(body) == ["make install"]:  # the suite's own first step: make test -> lint -> install's stamp
+                makefile = (REPO / "Makefile").read_text()
+                assert re.search(r"^install: \$\(STAMP\)$", makefile, re.MULTILINE)
+                assert re.search(r"^test: lint\b", makefile, re.MULTILINE)
+                assert re.search(r"^lint: \$\(STAMP\)", makefile, re.MULTILINE)
             continue
         source = _test_source(kind)
         assert source is not None, f"{page.name}: {kind} is not a test function"
@@ -91,6 +107,59 @@ def test_every_shell_block_names_the_test_that_runs_it(page):
             named = [t for t in shlex.split(command)[1:] if "/" in t or "=" in t]
             missing = [t for t in named if t not in source]
             assert not missing, f"{page.name}: {kind} does not run `{command}` (it never names {missing})"
+
+
+TABBED = """Intro.
+
+<!-- test: run -->
+```bash
+make demo
+```
+
+=== "On one machine"
+
+    <!-- test: tests/test_e2e.py::NAME -->
+
+    ```bash
+    # a comment
+    .venv/bin/bertology run workflows/reversed-layers.yaml \\
+      -p preset=tiny
+    ```
+
+=== "On a cluster"
+
+    ```bash
+    argo submit workflows/reversed-layers.yaml
+    ```
+
+    <!-- test: cluster -->
+    ```text
+    not a shell block
+    ```
+
+  <!-- test: run -->
+    ```bash
+    echo the marker is not at the block's indentation
+    ```
+"""
+
+
+def test_blocks_are_found_inside_content_tabs_with_their_markers(tmp_path):
+    """A tab's blocks are indented: each is found with the marker above it (at its own indentation, directly
+    or above one blank line), its body dedented; a block with no marker, or one at another indentation, has
+    none, so the tests above fail it."""
+    (tmp_path / "page.md").write_text(TABBED)
+    assert blocks(tmp_path / "page.md") == [
+        ("test: run", "make demo\n"),
+        ("test: tests/test_e2e.py::NAME",
+         "# a comment\n.venv/bin/bertology run workflows/reversed-layers.yaml \\\n  -p preset=tiny\n"),
+        (None, "argo submit workflows/reversed-layers.yaml\n"),
+        ("test: cluster", "not a shell block\n"),
+        (None, "echo the marker is not at the block's indentation\n"),
+    ]
+    assert [b for _, b in blocks(tmp_path / "page.md", "text")] == ["not a shell block\n"]
+    assert commands(blocks(tmp_path / "page.md")[1][1]) == [
+        ".venv/bin/bertology run workflows/reversed-layers.yaml    -p preset=tiny"]
 
 
 @pytest.fixture(scope="module")
