@@ -7,7 +7,9 @@ as the admission controller implements them (k8s.io/pod-security-admission polic
 ids below are that package's). The pods are built as Argo's controller builds them (bertology.argo.pods,
 workflow/controller/workflowpod.go): from the chart's rendered WorkflowTemplates and CronWorkflow, from the
 library as `kubectl apply` installs it, and from every workflows/*.yaml, with the controller's executor
-settings of workflows/controller/executor-patch.yaml (README, "Pod Security").
+settings of workflows/controller/executor-patch.yaml (README, "Pod Security"). Those settings reach every
+Workflow the controller runs: another team's (Argo's own hello-world example) still starts under them, as
+the kubelet decides (bertology.pod_security.kubelet_refusals).
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ from test_chart import HELM, LIBRARY, REPO, _chart_with_library, by_kind, helm_t
 from bertology.argo import pods
 from bertology.argo.documents import Source, load_library
 from bertology.errors import BadInput
-from bertology.pod_security import DOCS, violations
+from bertology.pod_security import DOCS, kubelet_refusals, violations
 
 pytestmark = pytest.mark.skipif(HELM is None, reason="helm is not installed (`make lint` puts it in .venv/bin)")
 
 EXECUTOR_PATCH = REPO / "workflows" / "controller" / "executor-patch.yaml"
+# Argo's examples/hello-world.yaml at v3.6.19 (the same file at v3.7.18 and v4.1.2): another team's plain
+# Workflow, on the default argoexec image.
+HELLO_WORLD = Path(__file__).parent / "fixtures" / "argo-examples" / "hello-world.yaml"
 STUDY_STEPS = {"plan", "prepare-data", "build-checkpoint", "finetune", "evaluate", "analyze", "aggregate"}
 # The kinds of built-in objects that hold a pod template (none in the chart today: if one is added, it is
 # checked like the step pods).
@@ -106,6 +111,14 @@ def test_every_pod_of_the_chart_and_every_workflow_passes_the_restricted_standar
         volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
         assert set(volumes) == {"var-run-argo", "tmp-dir-argo", "tmp"}
         assert volumes["tmp"]["emptyDir"]["sizeLimit"] == "20Gi"
+        # the step's own container: CPU and memory requests, a memory limit, a read-only root filesystem
+        # (checkov's CKV_K8S_10, 12, 13 and 22, which .checkov.yaml skips for Argo's init and wait)
+        main = container(pod, "main")
+        assert {"cpu", "memory"} <= set(main["resources"]["requests"]), where
+        assert "memory" in main["resources"]["limits"], where
+        assert main["securityContext"]["readOnlyRootFilesystem"] is True, where
+        # and the kubelet starts every container, whatever user the images name (all taken as root here)
+        assert kubelet_refusals(pod, lambda image: None) == {}, where
 
 
 def test_argo_default_executor_settings_fail_exactly_the_per_container_rules(chart_dir):
@@ -121,6 +134,99 @@ def test_argo_default_executor_settings_fail_exactly_the_per_container_rules(cha
             "capabilities_restricted": [f"container '{c}' must set securityContext.capabilities.drop=[\"ALL\"]"
                                         for c in ("init", "wait")],
         }
+
+
+# --- another team's Workflow under the same controller ---------------------------------------------------
+
+def root_images(image: str) -> None:
+    """The user the images of Argo's hello-world pod name: none, so the kubelet takes root (getImageUser).
+    argoexec is the `argoexec` stage of Argo's Dockerfile (v3.6.19: `FROM gcr.io/distroless/static as
+    argoexec-base` ... `FROM argoexec-base as argoexec`, no USER; only argoexec-nonroot has `USER 8737`);
+    busybox's image names none either."""
+    assert image.startswith((pods.DEFAULT_EXECUTOR_IMAGE.split(":")[0] + ":", "busybox")), image
+
+
+def hello_world(executor: dict) -> dict:
+    (made,) = pods.file_pods(HELLO_WORLD, {}, executor).values()
+    (pod,) = made
+    return pod
+
+
+def test_another_teams_plain_workflow_starts_under_the_controller_patch(executor):
+    """Argo's hello-world (no securityContext anywhere, the default root argoexec image) gets the patch on
+    its init and wait (workflowpod.go newExecContainer: `SecurityContext:
+    woc.controller.Config.GetExecutor().SecurityContext`), and the kubelet starts all three containers."""
+    pod = hello_world(executor)
+    assert "securityContext" not in pod["spec"]
+    assert [c["image"] for c in pod["spec"]["initContainers"] + pod["spec"]["containers"]] == \
+        [pods.DEFAULT_EXECUTOR_IMAGE, pods.DEFAULT_EXECUTOR_IMAGE, "busybox"]
+    for name in ("init", "wait"):
+        assert container(pod, name)["securityContext"] == executor["securityContext"]
+    assert kubelet_refusals(pod, root_images) == {}
+
+
+def test_a_container_level_run_as_non_root_in_the_patch_keeps_another_teams_pods_pending(executor):
+    """What the patch must not set: with runAsNonRoot on init and wait, and neither the pod nor the patch
+    naming a runAsUser, verifyRunAsNonRoot refuses the root argoexec image ("container has runAsNonRoot and
+    image will run as root") and the pod never leaves Pending; our own pods name user 10001 at pod level."""
+    strict = {**executor, "securityContext": {**executor["securityContext"], "runAsNonRoot": True}}
+    refused = kubelet_refusals(hello_world(strict), root_images)
+    assert set(refused) == {"init", "wait"}
+    assert all(m.startswith("container has runAsNonRoot and image will run as root") for m in refused.values())
+
+
+def test_controller_patch_holds_only_what_the_pod_level_cannot_give(executor, chart_dir):
+    """Each setting of the patch is one our pods fail the restricted standard without, and exists only per
+    container (Kubernetes PodSecurityContext has no allowPrivilegeEscalation and no capabilities); the patch
+    sets nothing else: no image, resources or other executor field reaches another team's pods."""
+    assert set(executor) == {"securityContext"}
+    pod_level = {"seLinuxOptions", "windowsOptions", "runAsUser", "runAsGroup", "runAsNonRoot", "supplementalGroups",
+                 "supplementalGroupsPolicy", "fsGroup", "fsGroupChangePolicy", "sysctls", "seccompProfile",
+                 "appArmorProfile", "seLinuxChangePolicy"}  # core/v1 types.go PodSecurityContext
+    assert not set(executor["securityContext"]) & pod_level
+    library = load_library(chart_dir / "templates")
+    for key in executor["securityContext"]:
+        without = {"securityContext": {k: v for k, v in executor["securityContext"].items() if k != key}}
+        (made,) = pods.file_pods(REPO / "workflows" / "reversed-layers.yaml", library, without).values()
+        assert made and all(violations(pod) for pod in made), key
+
+
+def test_controller_patch_leaves_the_init_containers_root_filesystem_writable(executor):
+    """Argo's init writes a resource template's manifest to /tmp/manifest.yaml (common.go
+    ExecutorResourceManifestPath; cmd/argoexec/commands/init.go loadArtifacts -> executor.go StageFiles:
+    `os.WriteFile(filePath, body, mode)`), and init mounts no /tmp (workflowpod.go mounts tmp-dir-argo on
+    /tmp only in the containers that run the executor image), so that write lands on init's root
+    filesystem; newExecContainer itself leaves it writable there ("TODO: always set RO FS once ... is fixed").
+    """
+    init = container(hello_world(executor), "init")
+    assert "/tmp" not in {m["mountPath"] for m in init["volumeMounts"]}
+    assert init["securityContext"].get("readOnlyRootFilesystem") is not True
+
+
+def test_kubelet_check_follows_verify_run_as_non_root():
+    """security_context_others.go verifyRunAsNonRoot over DetermineEffectiveSecurityContext (a container's
+    field wins over the pod's), the image's user as getImageUser reports it."""
+    def pod(pod_sc: dict | None = None, sc: dict | None = None) -> dict:
+        main = {"name": "main", "image": "img", **({"securityContext": sc} if sc is not None else {})}
+        return {"metadata": {"name": "p"}, "spec": {"containers": [main], **({"securityContext": pod_sc} if pod_sc else {})}}
+
+    def refused(p: dict, user) -> str | None:
+        return kubelet_refusals(p, lambda image: user).get("main")
+
+    assert refused(pod(), None) is None  # runAsNonRoot unset: anything runs
+    assert refused(pod({"runAsNonRoot": False}), 0) is None
+    assert refused(pod({"runAsNonRoot": True}), None).startswith("container has runAsNonRoot and image will run as root")
+    assert refused(pod({"runAsNonRoot": True}), 0).startswith("container has runAsNonRoot and image will run as root")
+    assert refused(pod({"runAsNonRoot": True}), "0").startswith("container has runAsNonRoot and image will run as root")
+    assert refused(pod({"runAsNonRoot": True}), 8737) is None
+    assert refused(pod({"runAsNonRoot": True}), "8737") is None
+    assert refused(pod({"runAsNonRoot": True}), "argo").startswith(
+        "container has runAsNonRoot and image has non-numeric user (argo), cannot verify user is non-root")
+    assert refused(pod({"runAsNonRoot": True, "runAsUser": 10001}), 0) is None  # the pod's user, not the image's
+    assert refused(pod({"runAsNonRoot": True, "runAsUser": 10001}, {"runAsUser": 0}), 8737).startswith(
+        "container's runAsUser breaks non-root policy")
+    assert refused(pod({"runAsNonRoot": True}, {"runAsNonRoot": False}), 0) is None  # the container's wins
+    assert refused(pod(None, {"runAsNonRoot": True}), 0) is not None
 
 
 @pytest.fixture(scope="module")
@@ -326,15 +432,17 @@ def test_lint_cli_writes_the_pods_and_fails_on_a_violation(tmp_path):
     bad = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == 1, bad.stderr
     lines = bad.stdout.splitlines()
-    # three pods (vocab-plan, vocab-overlap, aggregate), two per-container rules each (Argo's defaults)
-    assert len([line for line in lines if "restricted allowPrivilegeEscalation" in line]) == 3
-    assert lines[-1] == f"3 pods from 1 documents in {tmp_path / 'a'}; 6 restricted Pod Security violations"
+    # four pods (vocab-plan, vocab-overlap, aggregate and the exit handler verdict), two per-container rules
+    # each (Argo's defaults)
+    assert len([line for line in lines if "restricted allowPrivilegeEscalation" in line]) == 4
+    assert lines[-1] == f"4 pods from 1 documents in {tmp_path / 'a'}; 8 restricted Pod Security violations"
     good = subprocess.run([*argv[:-1], "--controller", str(EXECUTOR_PATCH), "--out", str(tmp_path / "b"), argv[-1]],
                           capture_output=True, text=True, timeout=120, check=False)
     assert good.returncode == 0, good.stdout + good.stderr
     written = list(yaml.safe_load_all((tmp_path / "b" / "Workflow-vocab-overlap.yaml").read_text()))
-    assert [p["kind"] for p in written] == ["Pod"] * 3
-    assert [template_name(p) for p in written] == ["vocab-plan", "vocab-overlap", "aggregate"]
+    assert [p["kind"] for p in written] == ["Pod"] * 4
+    assert [template_name(p) for p in written] == ["vocab-plan", "vocab-overlap", "aggregate", "verdict"]
+    assert written[-1]["spec"]["activeDeadlineSeconds"] == 600  # its timeout, 10m (workflowpod.go)
     patched = yaml.safe_load((REPO / "workflows" / "vocab-overlap.yaml").read_text())
     patched["spec"]["podSpecPatch"] = "{}"
     (tmp_path / "patched.yaml").write_text(yaml.safe_dump(patched))
@@ -384,35 +492,14 @@ def test_network_policy_selects_every_step_pod_and_nothing_else(chart_dir, execu
     other = pods.pod(HELLO, {}, "someone-else", executor)
     assert not selects(selector, other["metadata"]["labels"])
     assert not selects(selector, {"app.kubernetes.io/name": "bertology", "app.kubernetes.io/component": "step"})
+    # Argo's hello-world, another team's Workflow, neither
+    (hello,) = next(iter(pods.file_pods(HELLO_WORLD, {}, executor).values()))
+    assert not selects(selector, hello["metadata"]["labels"])
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
-    everywhere = [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}]
-    assert spec["egress"] == [
-        {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                 "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
-        {"to": everywhere, "ports": [{"protocol": "TCP", "port": 443}]},  # store
-        {"to": everywhere, "ports": [{"protocol": "TCP", "port": 443}]},  # hub
-        {"to": everywhere, "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]},
-    ]
-
-
-def test_network_policy_takes_its_cidrs_and_ports_from_the_values(tmp_path):
-    from test_chart import CUSTOM
-
-    path = tmp_path / "custom.yaml"
-    path.write_text(yaml.safe_dump(CUSTOM))
-    (policy,) = by_kind(render("-f", str(path)), "NetworkPolicy").values()
-    assert policy["spec"]["egress"] == [
-        {"to": [{"ipBlock": {"cidr": "10.96.0.10/32"}}, {"ipBlock": {"cidr": "169.254.20.10/32"}}],
-         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
-        {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 9000}]},
-        # hub: no CIDRs, no rule
-        {"to": [{"ipBlock": {"cidr": "172.20.0.1/32"}}, {"ipBlock": {"cidr": "fd00::1/128"}}],
-         "ports": [{"protocol": "TCP", "port": 6443}]},
-        *CUSTOM["networkPolicy"]["extraEgress"],
-    ]
-    assert by_kind(render("--set", "networkPolicy.enabled=false"), "NetworkPolicy") == {}
+    # on Cilium, its CiliumNetworkPolicy selects the same pods (what both allow: tests/test_chart.py)
+    (cilium,) = by_kind(render("--api-versions", "cilium.io/v2/CiliumNetworkPolicy"), "CiliumNetworkPolicy").values()
+    assert cilium["spec"]["endpointSelector"] == selector
 
 
 @pytest.mark.parametrize("settings, message", [

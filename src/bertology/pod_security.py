@@ -6,6 +6,10 @@ are the Baseline and Restricted rows of https://kubernetes.io/docs/concepts/secu
 as the admission controller implements them: k8s.io/pod-security-admission, policy/check_<id>.go, at
 the Kubernetes version `make lint` validates against (KUBE_VERSION, 1.35). Each check below names its
 file; the check ids are that package's. No library implements these in Python; the rules are short.
+
+`kubelet_refusals` is the kubelet's own runAsNonRoot check on an admitted pod, which decides whether its
+containers start at all (the controller's executor settings reach other teams' pods too: see
+docs/kubernetes.md, "What the chart changes for other tenants").
 """
 
 from __future__ import annotations
@@ -224,3 +228,47 @@ def violations(pod: dict) -> dict[str, list[str]]:
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     found = {check: check_pod(meta, spec) for check, check_pod in CHECKS.items()}
     return {check: problems for check, problems in found.items() if problems}
+
+
+# --- the kubelet's own check, after admission ---------------------------------------------------------------
+# An admitted pod can still fail to start: the kubelet refuses a container whose effective runAsNonRoot is
+# true when it cannot see that the container runs as someone other than root, and the pod stays Pending
+# (CreateContainerConfigError). Kubernetes pkg/kubelet/kuberuntime/security_context_others.go
+# verifyRunAsNonRoot, with the image's user from kuberuntime_container.go getImageUser ("If non of them is
+# set, treat it as root.": no uid and no user name count as uid 0) and the effective context from
+# pkg/securitycontext/util.go DetermineEffectiveSecurityContext (a container's own field wins over the pod's).
+
+ImageUser = int | str | None  # the image's user: a uid, a user name, or unset (root)
+
+
+def kubelet_refusals(pod: dict, image_user: Callable[[str], ImageUser]) -> dict[str, str]:
+    """The containers of a Pod manifest the kubelet would refuse to start, by name, with its message.
+
+    `image_user(image)` is the user the image's config names (Dockerfile USER), as getImageUser reads it.
+    verifyRunAsNonRoot:
+        if effectiveSc == nil || effectiveSc.RunAsNonRoot == nil || !*effectiveSc.RunAsNonRoot { return nil }
+        if effectiveSc.RunAsUser != nil { if *effectiveSc.RunAsUser == 0 { "container's runAsUser breaks
+            non-root policy" } return nil }
+        case uid == nil && len(username) > 0: "container has runAsNonRoot and image has non-numeric user"
+        case uid != nil: if *uid == 0 { "container has runAsNonRoot and image will run as root" }
+    """
+    spec, name = pod.get("spec") or {}, (pod.get("metadata") or {}).get("name")
+    refused = {}
+    for container in containers(spec):
+        effective = {k: v for k, v in _sc(spec).items() if k in ("runAsNonRoot", "runAsUser")}
+        effective.update({k: v for k, v in _sc(container).items() if k in ("runAsNonRoot", "runAsUser")})
+        if effective.get("runAsNonRoot") is not True:
+            continue
+        where = f"(pod: {name}, container: {container.get('name')})"
+        if effective.get("runAsUser") is not None:
+            if effective["runAsUser"] == 0:
+                refused[container.get("name")] = f"container's runAsUser breaks non-root policy {where}"
+            continue
+        user = image_user(container.get("image", ""))
+        user = int(user) if isinstance(user, str) and user.isdigit() else user
+        if isinstance(user, str) and user:
+            refused[container.get("name")] = (f"container has runAsNonRoot and image has non-numeric user ({user}), "
+                                              f"cannot verify user is non-root {where}")
+        elif not user:  # 0, or unset: treated as root
+            refused[container.get("name")] = f"container has runAsNonRoot and image will run as root {where}"
+    return refused
