@@ -139,7 +139,7 @@ MONITOR, NOTHING = "the activation monitor is not supported fused", "nothing tra
     ({"fuse": "0"}, "parameter 'fuse' must be >= 1 (runs trained as one model; 1: each run alone), got 0"),
     ({"fuse": "-2"}, "parameter 'fuse' must be >= 1 (runs trained as one model; 1: each run alone), got -2"),
     ({"fuse": "two"}, "parameter 'fuse' must be an integer, got 'two'"),
-    ({"fuse": "2", "intermediates": '["mrpc"]'},
+    ({"fuse": "2", "intermediates": '["mrpc"]', "final_head": "new"},  # new: MNLI cannot carry MRPC's head
      _refused(2, "sequential fine-tuning (intermediates mrpc) is not supported fused")),
     ({"fuse": "2", "reference": "tiny:bert"}, _refused(2, f"the study has reference tiny:bert: {MONITOR}")),
     ({"fuse": "3", "regime": "none"}, _refused(3, f"the study has regime none: {NOTHING}")),

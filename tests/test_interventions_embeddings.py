@@ -46,21 +46,30 @@ def test_the_tiny_vocabulary_has_all_three_kinds():
     }
 
 
-@pytest.mark.parametrize("english_only", [False, True])
-def test_shuffle_is_a_permutation_that_fixes_special_tokens(tmp_path, english_only):
+RESERVED = {TINY_VOCAB.index("[unused0]")}
+OTHER = set(range(50)) - SPECIAL - ENGLISH - RESERVED
+
+
+@pytest.mark.parametrize(("params", "groups"), [
+    ({"english_only": False}, [ENGLISH | OTHER | RESERVED]),  # every non-special row, as one group
+    ({"english_only": True}, [ENGLISH, OTHER]),  # the report's: English among English, the rest among the rest
+    ({"english_only": True, "others": "keep"}, [ENGLISH]),  # English among English, every other row stays
+])
+def test_shuffle_is_a_permutation_that_fixes_special_tokens(tmp_path, params, groups):
     tokenizer = tiny_tokenizer(tmp_path / "tok")
     assert set(tokenizer.all_special_ids) == SPECIAL
     model = tiny_model(2)
     before = state(model)
-    chain = [{"name": "shuffle-embeddings", "params": {"english_only": english_only}}]
+    chain = [{"name": "shuffle-embeddings", "params": params}]
     model, returned, manifest = apply_chain(model, tokenizer, chain, seed=0)
     assert returned is tokenizer
     mapping = row_mapping(before[WORDS], model.state_dict()[WORDS])
     assert sorted(mapping) == list(range(50))  # a permutation of the rows
-    movable = ENGLISH if english_only else set(range(50)) - SPECIAL
-    assert all(mapping[i] == i for i in set(range(50)) - movable)  # special (and non-English) rows stay
-    assert all(mapping[i] in movable for i in movable)  # English rows go to English tokens
-    assert sum(mapping[i] != i for i in movable) >= len(movable) - 5  # and they really move
+    movable = set().union(*groups)
+    assert all(mapping[i] == i for i in set(range(50)) - movable)  # special (and kept) rows stay
+    for group in groups:
+        assert all(mapping[i] in group for i in group)  # a row only gets a row of its own group
+        assert sum(mapping[i] != i for i in group) >= len(group) - 5  # and they really move
     assert changed_names(manifest) == {WORDS}
     assert_identical_except(before, model.state_dict(), {WORDS})
 

@@ -356,7 +356,7 @@ def test_the_report_section_renders_and_the_report_command_prints_the_verdict(tm
     assert "Table 1: the best of the report's runs (each at its selected epoch), against the best of ours" in section.note
     text = markdown(report)
     assert "| report | quantity | this run | our mean ± sd |" in text
-    assert "| 0.60 | best run | 0.61 | 0.6 ± 0.01 (n=3) |" in text
+    assert "| 0.60 | best run | 0.610 | 0.600 ± 0.010 (n=3) |" in text  # three decimals, as every table
     assert {"paper_cells", "paper_orderings"} <= set(report.tables)
     assert "## The report vs this run" in markdown(report) and "Pre-trained &gt; Layers Reversed" in html(report)
     assert main(["report", "reversed-layers", "--store", str(tmp_path)]) == 0
@@ -374,3 +374,10 @@ def test_the_console_reads_orderings_stored_before_mixed_ones_were_told_apart():
                         "quantity": ["best", "best"], "ours_higher": [0.6, 0.5], "ours_lower": [0.1, 0.55],
                         "status": ["holds", "not run"]})
     assert tested_orderings(old).rows() == [("Table 1/CoLA", "A > B", "0.600 vs 0.100 (best run)", "holds")]
+
+
+def test_numbers_in_the_comparison_read_as_the_other_tables_do():
+    from bertology.results.cells import num
+
+    assert [num(v) for v in (0.07089, 0, 0.5, 30522.0, 109_482_240.0, 0.0001234, None, float("nan"))] == [
+        "0.071", "0.000", "0.500", "30,522", "109,482,240", "0.000123", "—", "—"]

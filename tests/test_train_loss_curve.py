@@ -153,3 +153,21 @@ def test_the_report_plots_loss_per_task_one_line_per_variant_over_seeds():
     assert report.tables["training_loss"].height == loss.height
     section = next(s for s in report.sections if s.title == "Training loss")
     assert len(section.figures) == 1 and section.figures[0].count("training step") >= 1
+    assert "one line per variant" in section.note
+
+
+def test_a_loss_logged_at_one_step_draws_no_plot_and_says_so():
+    """Runs that logged their loss once (a tiny run shorter than log_every twice) have no curve: the section
+    keeps its table and says there is no plot, instead of promising lines it does not draw."""
+    curves = pl.concat([_curve_rows("pre-trained", 1, [0.7]), _curve_rows("clean", 1, [1.0])])
+    runs = pl.from_dicts([{"variant": v, "model": "m", "task": "rte", "split": "validation", "metric": "accuracy",
+                           "value": 0.5, "primary": True, "seed": 1, "run_id": f"{v}rte1"}
+                          for v in ("pre-trained", "clean")]).with_columns(pl.lit(None, pl.String).alias("intermediate"))
+    spec = {"preset": "tiny", "models": ["m"], "seeds": [1], "variants": [
+        {"name": "pre-trained", "interventions": []}, {"name": "clean", "interventions": [{"name": "reinit"}]}]}
+    results = StudyResults("s", "id", with_defaults(spec), [], [], {"runs": runs.lazy(), "curves": curves.lazy()}, [])
+    section = next(s for s in build_report(results).sections if s.title == "Training loss")
+    assert section.figures == ()
+    assert "no plot: each run logged its loss at one step only" in section.note
+    assert "one line per variant" not in section.note
+    assert "| rte | pre-trained | 0.700 (± —) |" in markdown(build_report(results))

@@ -202,3 +202,10 @@ def test_the_reports_settings_say_which_variants_ran_fewer_times():
     assert "seeds [1, 2, 3] (oracle once, twice 2 times: the first of them);" in settings(with_defaults(json.loads(json.dumps(spec.to_dict()))))
     alone, _ = StudySpec.from_params("s", {"seeds": "[1]"})
     assert "seeds [1];" in settings(with_defaults(json.loads(json.dumps(alone.to_dict()))))
+
+
+def test_a_presets_changes_say_what_an_unset_setting_means():
+    """The report's "Preset changes" lists these lines: an unset count is all the data, not Python's None."""
+    _, changes = StudySpec.from_params("reversed-layers", {"preset": "tiny"})
+    assert "count: all the data -> 128" in changes
+    assert not any("None" in line for line in changes)

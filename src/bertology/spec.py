@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from bertology import tiny_recipe
 from bertology.canonical import canonical_json, hash_id
-from bertology.errors import BadInput
+from bertology.errors import BadInput, choices, did_you_mean, unknown
 from bertology.tracking import check_name  # the names only: no tracking library is imported
 
 # Bump a kind's version when the code producing its artifact changes what the artifact means.
@@ -49,9 +49,9 @@ def require_key(d: dict, key: str, kind: str) -> Any:
 def check_keys(d: Any, allowed: set[str], kind: str) -> dict:
     if not isinstance(d, dict):
         raise BadInput(f"{kind} spec must be a JSON object, got {type(d).__name__}")
-    unknown = sorted(set(d) - allowed)
-    if unknown:
-        raise BadInput(f"unknown key '{unknown[0]}' in {kind} spec (allowed: {', '.join(sorted(allowed))})")
+    extra = sorted(set(d) - allowed)
+    if extra:
+        raise BadInput(f"unknown key '{extra[0]}' in {kind} spec ({choices(extra[0], sorted(allowed), 'allowed')})")
     return d
 
 
@@ -232,7 +232,7 @@ class Regime:
         d = check_keys(d, {f.name for f in dataclasses.fields(cls)}, "regime")
         name = d.get("name", "full")
         if name not in cls.NAMES:
-            raise BadInput(f"unknown regime '{name}' (known: {', '.join(cls.NAMES)})")
+            raise unknown("regime", name, cls.NAMES)
         return cls(
             name=name,
             lr=as_float(d.get("lr", 2e-5), "lr", 0.0, 1.0, low_open=True),
@@ -265,11 +265,25 @@ class Regime:
                 and (k not in self.SCHEDULE or v != self.SCHEDULE[k])}
 
 
+def check_final_head(value: Any) -> str:
+    """A sequential run's task head, one of RunSpec.FINAL_HEADS, with a one-line error naming the value."""
+    if value in RunSpec.FINAL_HEADS:
+        return value
+    raise BadInput(f"final_head must be one of {', '.join(RunSpec.FINAL_HEADS)} (a new task head for the final "
+                   f"task, or the intermediate run's), got {value!r}{_hint(value, RunSpec.FINAL_HEADS)}")
+
+
 def _selection(value: Any) -> str:
     if value in Regime.SELECTIONS:
         return value
     raise BadInput(f"selection must be one of {', '.join(Regime.SELECTIONS)} (the best evaluation point or the "
-                   f"last), got {value!r}")
+                   f"last), got {value!r}{_hint(value, Regime.SELECTIONS)}")
+
+
+def _hint(value: Any, allowed) -> str:
+    """`; did you mean 'best'?` after a message that already lists what is allowed, or nothing."""
+    match = did_you_mean(value, allowed)
+    return f"; did you mean {match!r}?" if match is not None else ""
 
 
 def _reference(value: Any) -> str | None:
@@ -292,35 +306,50 @@ class RunSpec:
     """One cell of a study: checkpoint x dataset x regime x training seed.
 
     `after` makes it sequential fine-tuning (the college report's Experiment 1): the run starts from the
-    weights `after` (the intermediate run, on the same checkpoint) ended with, and a new task head. The
-    intermediate run is part of the id, so each (intermediate, final) pair is its own run."""
+    weights `after` (the intermediate run, on the same checkpoint) ended with, and with the task head
+    `final_head` names: a new one, or the intermediate run's. The intermediate run and the head are part of
+    the id, so each (intermediate, final) pair is its own run, and a run made with one head is never reused
+    for the other."""
 
     checkpoint: CheckpointSpec
     dataset: DatasetSpec
     regime: Regime = field(default_factory=Regime)
     seed: int = 1
     after: RunSpec | None = None
+    # A sequential run's task head: "new" (drawn afresh) or "carried" (the intermediate run's, which must
+    # fit the final task). Left out of the id at "new", the only head before the setting existed, so the
+    # runs stored then keep their ids, and are reused for "new" only.
+    final_head: str = "new"
+
+    FINAL_HEADS: ClassVar[tuple[str, ...]] = ("new", "carried")
 
     def __post_init__(self):
         if self.after is not None and self.after.checkpoint != self.checkpoint:
             raise BadInput(f"a sequential run and its intermediate run must start from one checkpoint "
                            f"(got {self.checkpoint.model} and {self.after.checkpoint.model})")
+        check_final_head(self.final_head)
+        if self.after is None and self.final_head != "new":
+            raise BadInput(f"final_head {self.final_head} needs an intermediate run (`after`): a direct run "
+                           "starts from its checkpoint")
 
     @classmethod
     def from_dict(cls, d: Any) -> RunSpec:
-        d = check_keys(d, {"checkpoint", "dataset", "regime", "seed", "after"}, "run")
+        d = check_keys(d, {"checkpoint", "dataset", "regime", "seed", "after", "final_head"}, "run")
         after = d.get("after")
         return cls(CheckpointSpec.from_dict(require_key(d, "checkpoint", "run")),
                    DatasetSpec.from_dict(require_key(d, "dataset", "run")),
                    Regime.from_dict(d.get("regime", {})),
                    as_int(d.get("seed", 1), "seed", 0),
-                   None if after is None else RunSpec.from_dict(after))
+                   None if after is None else RunSpec.from_dict(after),
+                   d.get("final_head", "new"))
 
     def to_dict(self, *, execution: bool = True) -> dict:
         d = {"checkpoint": self.checkpoint.to_dict(), "dataset": self.dataset.to_dict(),
              "regime": self.regime.to_dict(execution=execution), "seed": self.seed}
         if self.after is not None:  # left out when absent, so ids made before it existed still hold
             d["after"] = self.after.to_dict(execution=execution)
+        if self.final_head != "new":  # see final_head
+            d["final_head"] = self.final_head
         return d
 
     @property

@@ -1,7 +1,10 @@
 """The record of what an intervention chain did to a checkpoint: which tensors changed, and their norms.
 
 It is computed by comparison (a snapshot before, the state_dict after), not by trusting each intervention
-to report itself, so a tensor changed by accident shows up and one left alone by mistake does too.
+to report itself, so a tensor changed by accident shows up and one left alone by mistake does too. Beside
+it, `facts` holds what a comparison of whole tensors cannot say, from the interventions that give it (how
+many word-embedding rows of each kind shuffle-embeddings moved and kept); a chain without any has no
+`facts` key, so its manifest reads as before.
 """
 
 from __future__ import annotations
@@ -43,15 +46,19 @@ def tensor_changes(before: dict[str, torch.Tensor], model: nn.Module) -> list[di
 
 
 def build_manifest(
-    chain: list[dict], seed: int, before: dict[str, torch.Tensor], count_before: int, model: nn.Module
+    chain: list[dict], seed: int, before: dict[str, torch.Tensor], count_before: int, model: nn.Module,
+    facts: list[dict] | None = None,
 ) -> dict:
     """The JSON-serialisable manifest written next to a built checkpoint."""
-    return {
+    record = {
         "chain": chain,
         "seed": seed,
         "parameters": {"before": count_before, "after": parameter_count(model)},
         "tensors": tensor_changes(before, model),
     }
+    if facts:
+        record["facts"] = facts
+    return record
 
 
 def _norm(tensor: torch.Tensor | None) -> float | None:

@@ -38,8 +38,16 @@ def delta_p(delta: float | None, p_value: float | None, p_bh: float | None = Non
 
 
 def num(value: float | None) -> str:
-    """A number to four significant digits, "—" for none."""
-    return "—" if value is None else f"{value:.4g}"
+    """A number as the other tables write one: three decimals (a metric, a perplexity); a whole number of
+    1,000 or more (a count: word-pieces, parameters) with thousands separators; a small non-zero value to
+    three significant digits, so that it does not read as 0; "—" for none."""
+    if value is None or not np.isfinite(value):
+        return "—"
+    if abs(value) >= 1000 and float(value).is_integer():
+        return f"{value:,.0f}"
+    if 0 < abs(value) < 0.0005:
+        return f"{value:.3g}"
+    return f"{value:.3f}"
 
 
 def signed(value: float | None) -> str:

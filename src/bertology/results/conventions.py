@@ -15,6 +15,9 @@ parameter of each workflows/<study>.yaml). A study under another name gets no pa
   F1, the task's primary metric, and the better of two runs.
 - How each report chose the weights it reports (`selection`: the best epoch on dev, or the last), with its
   words, which a study's report prints beside the rule the study applied (bertology.results.selection).
+- Which task head a sequential run's final task starts with (`final_head`: new or carried), where the
+  report is silent: the college report's, assumed carried, with its words, printed beside the study's
+  setting in the sequential matrix's note.
 - Where a report evaluates on a split a study cannot (`evaluation`): the partial-reinitialization report
   computes its metrics on a "test set", and GLUE's test labels are not public, so its studies evaluate on
   the dev sets; the main table's note says so.
@@ -35,6 +38,8 @@ class Conventions:
     selection: tuple[str, str] | None = None
     # where the report evaluated and why the study's split differs (None: the report's split is the study's)
     evaluation: str | None = None
+    # (the head a sequential run's final task starts with, "new" or "carried", and why) where the report is silent
+    final_head: tuple[str, str] | None = None
 
 
 PAPERS: dict[str, Conventions] = {
@@ -44,7 +49,13 @@ PAPERS: dict[str, Conventions] = {
     "bert-goes-to-college": Conventions(
         "bert-goes-to-college", sequential_metrics={"mrpc": "accuracy"},
         selection=("last", ('no epoch is selected: "we run for 3 epochs after reinitializing the relevant layers" '
-                           "(§5.3.2), 3 epochs on each task of a sequential run (§5.3.1)."))),
+                           "(§5.3.2), 3 epochs on each task of a sequential run (§5.3.1).")),
+        final_head=("carried", ('Assumed: the report does not say whether the final task gets a new classifier. '
+                                'It says "We then use this resulting model and finetune on the final task (task 2)" '
+                                '(§4.1.1) and "For our code, we built off of the Transformers library by '
+                                'HuggingFace"; Hugging Face\'s run_glue, given a saved model, loads its classifier '
+                                "whenever its shape fits the final task's, as every pair of Figure 2 does (two "
+                                "classes each)."))),
     "partial-reinitialization": Conventions(
         "partial-reinitialization",
         selection=("last", ("no epoch is selected (\"Epochs: 3\", §5.3, with Hugging Face's script, which "

@@ -11,20 +11,27 @@ Vocabulary rows (`vocab_overlap`) belong to a model, not to a run: they are the 
 for the plan's models, measured with the plan's settings where the plan has them (the vocab-overlap
 study's reference, case and corpus, or each model's own corpus: `corpora`). A plan without cells (that study's) has only those.
 
+Facts an intervention recorded in its checkpoint's manifest (FACT_INTERVENTIONS: how many word-embedding
+rows of each kind a shuffle moved and kept) are read from one built checkpoint per model and variant.
+
 Plans written before the spec grew `levels`, `sizes` and `intermediates` read as one size (the study's
 fraction or count), no intermediate task, and variants without levels.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass
 
 import polars as pl
 
-from bertology.errors import BadInput
+from bertology.errors import BadInput, choices
 from bertology.results.tables import CELL_TABLES, LABELS, results_key, scan_keys
 from bertology.spec import Cell
-from bertology.store import Store
+from bertology.store import Damaged, Store
+
+log = logging.getLogger("bertology")
 
 # Tables a study may have besides `runs`: each is read when any of the plan's runs published it.
 OPTIONAL_TABLES = ("curves", "activation_distance", "weight_distance", "model_profile")
@@ -32,6 +39,9 @@ OPTIONAL_TABLES = ("curves", "activation_distance", "weight_distance", "model_pr
 VOCAB_SETTINGS = ("reference", "case", "corpus", "max_lines", "stride")
 LABEL_TYPES = pl.from_arrow(LABELS.empty_table()).schema
 PUBLISHED_BY = {"runs": "finetune", "curves": "finetune", "weight_distance": "analyze"}
+# Interventions whose manifest records `facts` (a module-level `facts` in bertology.interventions), named here
+# because a report reads stored manifests without importing torch.
+FACT_INTERVENTIONS = ("shuffle-embeddings",)
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,8 @@ class StudyResults:
     preset_changes: tuple[str, ...] = ()  # what the preset replaced or dropped (stand-in models, variants)
     incomplete: tuple[tuple[Cell, tuple[str, ...]], ...] = ()  # cells with `runs` but without these tables
     unmeasured: tuple[str, ...] = ()  # models of a vocabulary plan without a measurement
+    # per model and variant, each step's manifest facts ({"model", "variant", "step", "intervention", ...})
+    intervention_facts: tuple[dict, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -141,12 +153,39 @@ def load_study_results(store: Store, name: str, study_id: str) -> StudyResults:
     if not cells and vocabulary is None:
         raise BadInput(f"study '{name}' id {study_id} has no results in {store.uri} yet")
     return StudyResults(name, study_id, spec, cells, run_ids, tables, missing, vocabulary,
-                        tuple(plan.get("preset_changes", ())), incomplete, unmeasured)
+                        tuple(plan.get("preset_changes", ())), incomplete, unmeasured,
+                        intervention_facts(store, cells))
+
+
+def intervention_facts(store: Store, cells: list[Cell]) -> tuple[dict, ...]:
+    """The manifest facts of one built checkpoint per (model, variant) whose chain records some, each with
+    its model and variant. One checkpoint speaks for the variant: the facts depend on the model and the
+    chain's params, not on the seed. A checkpoint not built in this store, or built before its intervention
+    recorded facts, gives none; a damaged manifest is skipped with a warning."""
+    facts, seen = [], set()
+    for cell in cells:
+        checkpoint = cell.run.checkpoint
+        records = any(i.name in FACT_INTERVENTIONS for i in checkpoint.interventions)
+        if not records or (cell.model, cell.variant) in seen:
+            continue
+        key = f"checkpoints/{checkpoint.id}"  # bertology.steps.common.checkpoint_key
+        if not store.is_done(key):
+            continue
+        try:
+            manifest = json.loads(store.read_member(key, "manifest.json"))
+        except Damaged as e:
+            log.warning("checkpoint %s: manifest not read for the report (%s)", checkpoint.id, e)
+            continue
+        seen.add((cell.model, cell.variant))
+        facts += [{"model": cell.model, "variant": cell.variant, **f} for f in manifest.get("facts", [])]
+    return tuple(facts)
 
 
 def _unknown_study(store: Store, name: str) -> BadInput:
     known = sorted({k.split("/")[1] for k in store.list("studies") if k.endswith("/plan.json")})
-    return BadInput(f"no study '{name}' in {store.uri} (studies: {', '.join(known) or 'none; run one first'})")
+    if not known:
+        return BadInput(f"no study '{name}' in {store.uri} (studies: none; run one first)")
+    return BadInput(f"no study '{name}' in {store.uri} ({choices(name, known, 'studies')})")
 
 
 def _with_labels(frame: pl.LazyFrame) -> pl.LazyFrame:

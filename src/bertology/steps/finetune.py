@@ -3,10 +3,11 @@
 Writes `runs/<run-id>/finetune/{model/, curves.parquet, result.json}` (and `activations.parquet` when the
 regime names a native `reference` model) and publishes the curves (and activation distances) to
 `results/<table>/study=<study>/`. A sequential run (`after`: the intermediate run) starts from the
-intermediate run's fine-tuned weights with a new task head; the intermediate run is trained first, in
-this process, if it is not finished yet. While it trains, the resume state lives in `runs/<run-id>/finetune-state/`
-(two slots, see bertology.train.state): a killed or preempted run started again goes on from there and
-ends with the same result; the state is deleted once the run is published.
+intermediate run's fine-tuned weights with the task head its `final_head` names (new, or the intermediate
+run's); the intermediate run is trained first, in this process, if it is not finished yet. While it
+trains, the resume state lives in `runs/<run-id>/finetune-state/` (two slots, see bertology.train.state):
+a killed or preempted run started again goes on from there and ends with the same result; the state is
+deleted once the run is published.
 
 `--spec` is one cell or a JSON list of cells (a bundle), run in order in one process so that start-up and
 imports are paid once, and a run of the same architecture as the one before trains on its model, optimizer
@@ -144,7 +145,9 @@ def train_runs(store: Store, cells: list[Cell]) -> None:
                                                    {"spec": cell.run.to_dict(), "weights": cell.keep_weights}))
                 for cell in cells]
         results = finetune_runs(start_dirs, task, train_table, evals, hp, run.seed, [out / "model" for out in outs],
-                                log=log.info, state=state, new_head=run.after is not None, monitor=monitor,
+                                log=log.info, state=state, monitor=monitor,
+                                new_head=run.after is not None and run.final_head == "new",
+                                carry_head=run.final_head == "carried",  # only a sequential run carries a head
                                 tracks=[tracker and tracker.update for tracker in trackers], fused=fused,
                                 names=[cell.run.id for cell in cells])
         for cell, tracker, out, result in zip(cells, trackers, outs, results):

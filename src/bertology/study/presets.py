@@ -63,7 +63,7 @@ def apply_preset(preset: str, values: dict[str, Any], explicit: set[str] = froze
         if key == "eval_count" and (values["eval_count"] is None or values["eval_count"] <= value):
             continue  # only a study's own cap is lowered: one that evaluates on whole splits keeps them
         if values[key] != value and not (isinstance(value, list) and list(values[key]) == value):
-            changes.append(f"{key}: {show(values[key])} -> {show(value)}")
+            changes.append(f"{key}: {shown(key, values[key])} -> {shown(key, value)}")
             values[key] = value
     preferred = PRESET_PREFERRED_TASK.get(preset)
     if preferred in values["tasks"] and values["tasks"][0] != preferred:
@@ -84,6 +84,16 @@ def apply_preset(preset: str, values: dict[str, Any], explicit: set[str] = froze
     if grids and "grid" in PRESET_LIMITS.get(preset, {}) and "variants" not in explicit:
         changes.append(f"variant grids: first {PRESET_LIMITS[preset]['grid']} rows of each")
     return changes
+
+
+# what an unset setting means, as a preset's change says it (a reader of the report, not of Python)
+UNSET = {"count": "all the data", "fraction": "all the data", "eval_count": "every evaluation example",
+         "doc_stride": "the task's default", "reference": "none", "intervention_seed": "each run's seed"}
+
+
+def shown(key: str, value: Any) -> str:
+    """A setting's value in a preset's change: what an unset one means, else as `show` quotes it."""
+    return UNSET.get(key, "unset") if value is None else show(value)
 
 
 def scale_sizes(sizes: tuple[Size, ...], count: int) -> tuple[Size, ...]:

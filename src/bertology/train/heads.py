@@ -12,8 +12,10 @@ prepared rows becomes model inputs, and how an evaluation split is scored:
   pure function of (run seed, epoch, batch) so that a resumed run masks exactly as an uninterrupted one,
   and evaluation splits carry fixed masks, so perplexities compare across steps and checkpoints.
 
-`new_head=True` (sequential fine-tuning) loads the encoder of a fine-tuned model and gives it a freshly
-initialised task head, whatever head the checkpoint had (even one of the same shape).
+A sequential run (fine-tuning after an intermediate task) starts from the intermediate run's model with
+either head: `new_head=True` loads its encoder and gives it a freshly initialised task head, whatever head
+the checkpoint had (even one of the same shape); `carry_head=True` keeps the intermediate run's head, and
+refuses a head that does not fit the final task rather than silently drawing one.
 """
 
 from __future__ import annotations
@@ -88,15 +90,28 @@ class Head:
     def model_kwargs(self) -> dict:
         return {}
 
-    def load(self, model_dir: str | Path, *, new_head: bool = False, device=None) -> torch.nn.Module:
+    def load(self, model_dir: str | Path, *, new_head: bool = False, carry_head: bool = False,
+             device=None) -> torch.nn.Module:
         """The model in `model_dir` with this kind's head, fp32 master weights whatever the checkpoint's
         dtype (bf16 is only the autocast compute type), SDPA attention."""
-        if new_head and not self.head_names:
+        if (new_head or carry_head) and not self.head_names:
             raise BadInput(f"task {self.task.name} ({self.task.kind}) cannot start from another task's model "
-                           "with a new head (sequential fine-tuning needs a sequence or span final task)")
-        model = self.model_class.from_pretrained(
-            model_dir, attn_implementation="sdpa", dtype=torch.float32, trust_remote_code=False,
-            ignore_mismatched_sizes=new_head, **self.model_kwargs())
+                           "(sequential fine-tuning needs a sequence or span final task)")
+        if new_head and carry_head:
+            raise BadInput("a sequential run's head is new or carried, not both")
+        if carry_head:
+            model, loading = self.model_class.from_pretrained(
+                model_dir, attn_implementation="sdpa", dtype=torch.float32, trust_remote_code=False,
+                ignore_mismatched_sizes=True, output_loading_info=True, **self.model_kwargs())
+            drawn = [key for key in (*loading["missing_keys"], *(m[0] for m in loading["mismatched_keys"]))
+                     if key.split(".")[0] in self.head_names]
+            if drawn:
+                raise BadInput(f"task {self.task.name} cannot carry the head of the model in {model_dir}: its "
+                               f"{', '.join(sorted(drawn))} does not fit or is missing (allowed: final_head=new)")
+        else:
+            model = self.model_class.from_pretrained(
+                model_dir, attn_implementation="sdpa", dtype=torch.float32, trust_remote_code=False,
+                ignore_mismatched_sizes=new_head, **self.model_kwargs())
         if new_head:
             std = model.config.initializer_range
             for name in self.head_names:

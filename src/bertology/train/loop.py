@@ -129,22 +129,23 @@ class FinetuneResult:
 def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp: Hyper, seed: int,
              out_dir: str | Path, *, device: str | torch.device | None = None,
              log: Callable[[str], None] = print, state: StateSink | None = None, new_head: bool = False,
-             monitor: Monitor | None = None,
+             carry_head: bool = False, monitor: Monitor | None = None,
              track: Callable[[list[dict], list[dict]], None] | None = None) -> FinetuneResult:
-    """Fine-tune the model in `model_dir` on `train` (its task head freshly initialised with `new_head`),
-    evaluate `evals` (split -> prepared split) at every evaluation point, save the selected point's model
-    (`hp.selection`: the best point or the last) and tokenizer to `out_dir`. With `state`, resume from its
-    newest state and save one every `hp.checkpoint_every` steps. `track(losses, curves)` is called after
-    every step with the series so far (an experiment tracker, bertology.tracking, sends the new points)."""
+    """Fine-tune the model in `model_dir` on `train` (its task head freshly initialised with `new_head`, or
+    with `carry_head` the one it has, which must fit the task), evaluate `evals` (split -> prepared split)
+    at every evaluation point, save the selected point's model (`hp.selection`: the best point or the last)
+    and tokenizer to `out_dir`. With `state`, resume from its newest state and save one every
+    `hp.checkpoint_every` steps. `track(losses, curves)` is called after every step with the series so far
+    (an experiment tracker, bertology.tracking, sends the new points)."""
     return finetune_runs([model_dir], task, train, evals, hp, seed, [out_dir], device=device, log=log, state=state,
-                         new_head=new_head, monitor=monitor, tracks=[track])[0]
+                         new_head=new_head, carry_head=carry_head, monitor=monitor, tracks=[track])[0]
 
 
 def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyper, seed: int,
                   out_dirs: list, *, device: str | torch.device | None = None, log: Callable[[str], None] = print,
-                  state: StateSink | None = None, new_head: bool = False, monitor: Monitor | None = None,
-                  tracks: list | None = None, fused: bool = False, names: list[str] | None = None,
-                  ) -> list[FinetuneResult]:
+                  state: StateSink | None = None, new_head: bool = False, carry_head: bool = False,
+                  monitor: Monitor | None = None, tracks: list | None = None, fused: bool = False,
+                  names: list[str] | None = None) -> list[FinetuneResult]:
     """`finetune` for one run, or with `fused` for K runs of one architecture, task, data, seed and
     hyper-parameters trained as one stacked model (bertology.train.fused; K = 1 too): each model in
     `model_dirs` is trained, evaluated and saved to its `out_dirs` entry as `finetune` does, with one
@@ -171,7 +172,7 @@ def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp
     loaded = []
     for model_dir in model_dirs:
         torch.manual_seed(seed)  # the task head's initialisation, then dropout: as each run alone draws them
-        loaded.append(head.load(model_dir, new_head=new_head, device="cpu"))
+        loaded.append(head.load(model_dir, new_head=new_head, carry_head=carry_head, device="cpu"))
     hp.schedule.check(loaded[0].config.num_hidden_layers)
     if fused:  # K stacked runs; `model` is an eager model of their architecture: it evaluates and saves each
         release()
@@ -200,6 +201,7 @@ def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp
     # What a resume state must have been made by: everything that decides the result.
     identity = {**{key: v for key, v in dataclasses.asdict(hp).items() if key not in Hyper.EXECUTION},
                 "seed": seed, "num_train": len(examples), "task": task.name, "new_head": new_head,
+                **({"carry_head": True} if carry_head else {}),
                 "monitor": monitor is not None, **({"fused": names} if fused else {})}
     step, train_seconds, eval_seconds = 0, 0.0, 0.0
     curves, monitored, best_state, best = [[] for _ in names], [], [None] * k, [None] * k

@@ -18,7 +18,8 @@ The layout follows from what the study varies, never from its name:
 - activation distances: their curves per layer; weight distances with more than one data size: the
   distance per layer and size; a model profile whose variants differ in size: parameters and inference
   speed (otherwise the speeds differ by noise alone); vocabulary analyses of the study's models: the
-  vocabulary table; on request, the best run of each group.
+  vocabulary table; shuffled word embeddings: the rows each model's shuffle moved and kept, from the
+  checkpoints' manifests; on request, the best run of each group.
 
 What follows from the paper a study reproduces (bertology.results.conventions): the best run of each group
 for the monolingual report's studies, MRPC by accuracy in the college report's sequential matrix. As the
@@ -71,6 +72,7 @@ SECTIONS: tuple[tuple[Builder, Literal["always", "runs", "best of runs"]], ...] 
     (sections.weights, "runs"),
     (sections.profile, "runs"),
     (sections.vocabulary, "always"),
+    (sections.embedding_rows, "always"),
     (coverage.missing, "always"),
     (coverage.preset, "always"),
     (paper.comparison, "always"),

@@ -58,7 +58,8 @@ def settings(spec: dict) -> str:
     if sizes != ["all data"]:
         text += f" Training data: {', '.join(sizes)}."
     if spec["intermediates"]:
-        text += f" Intermediate tasks: {', '.join(spec['intermediates'])}."
+        text += (f" Intermediate tasks: {', '.join(spec['intermediates'])}; the final task's head: "
+                 f"{spec.get('final_head', 'new')} (`final_head`).")  # absent: new, as before the setting
     if spec.get("regime", {}).get("fused"):
         text += (" Runs trained fused: several runs of one architecture, data and seed as one stacked model, "
                  "with eager attention and one dropout mask per dropout call shared by them (their numbers "

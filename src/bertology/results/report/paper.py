@@ -47,8 +47,8 @@ def comparison(results, summary, levels):
     shown_cells = run.select(
         *keys, pl.col("printed").alias("report"),
         pl.col("quantity").replace(paper_comparison.QUANTITIES).alias("quantity"),
-        cell_text(lambda v: "—" if v is None else f"{v:.4g}", "ours", name="this run"),
-        cell_text(lambda m, s, n: "—" if m is None else f"{m:.4g}" + ("" if s is None else f" ± {s:.2g}") + ("" if n is None else f" (n={n})"),
+        cell_text(num, "ours", name="this run"),
+        cell_text(lambda m, s, n: "—" if m is None else num(m) + ("" if s is None else f" ± {num(s)}") + ("" if n is None else f" (n={n})"),
               "ours_mean", "ours_sd", "n", name="our mean ± sd"),
         cell_text(lambda d: "—" if d is None else f"{d:+.3f}", "difference", name="difference"), "status")
     named = pl.col("ordering")
@@ -59,7 +59,7 @@ def comparison(results, summary, levels):
         pl.struct("quantity", "quantity_lower").map_elements(
             lambda q: paper_comparison.quantity_label(q["quantity"], q["quantity_lower"]),
             return_dtype=pl.String).alias("quantity"), "ordering",
-        cell_text(lambda a, b: f"{a:.4g} > {b:.4g}", "paper_higher", "paper_lower", name="report"),
+        cell_text(lambda a, b: f"{num(a)} > {num(b)}", "paper_higher", "paper_lower", name="report"),
         cell_text(lambda a, b, ca, cb: f"{num(a)} vs {num(b)}" + (f" ({ca} vs {cb})" if ca and cb else ""),
               "ours_higher", "ours_lower", "ci_higher", "ci_lower", name="this run"), "status")
     not_run = cells.height - run.height

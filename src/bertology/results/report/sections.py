@@ -122,16 +122,17 @@ def level_curves(results, summary, levels):
 
 def sequential(results, summary, levels):
     """The college report's sequential matrix: intermediate task × final task, a table and a heat map
-    per model, variant and size."""
+    per model, variant and size. Its diagonal is the direct fine-tune, as in the report's Figure 2; a task
+    fine-tuned after itself, which the figure does not have, gets a table of its own."""
     runs = results.tables["runs"]
     if not results.spec["intermediates"] and not runs.select(
             pl.col("intermediate").is_not_null().any()).collect().item():
         return [], {}
-    metrics = conventions.of_study(results.name).sequential_metrics
+    paper = conventions.of_study(results.name)
+    metrics = paper.sequential_metrics
     matrix = analysis.sequential_matrix(runs, metrics)
-    order = ["none", *results.spec["intermediates"]]
-    matrix = matrix.sort(pl.col("intermediate").replace_strict(order, range(len(order)), default=len(order)),
-                         maintain_order=True)
+    intermediates = list(dict.fromkeys([*results.spec["intermediates"],
+                                        *(i for i in matrix["intermediate"] if i != "none")]))
     several = matrix.group_by("task").agg(pl.col("split").n_unique()).filter(pl.col("split") > 1)["task"]
     labelled = sized(matrix).with_columns(pl.when(pl.col("task").is_in(several.implode()))
                                    .then(pl.format("{} {}", "task", "split")).otherwise("task").alias("final"),
@@ -140,21 +141,66 @@ def sequential(results, summary, levels):
     keys = [k for k in ("model", "variant", "fraction", "count") if k in matrix.columns]
     tables, figures = [], []
     for i, group in enumerate(labelled.partition_by(keys, maintain_order=True) if keys else [labelled]):
+        grid, itself = figure2_layout(group, intermediates)
         finals = group["final"].unique(maintain_order=True).to_list()
-        rows = group["intermediate"].unique(maintain_order=True).to_list()
-        shown = group.pivot(on="final", on_columns=finals, index="intermediate", values="cell").fill_null("—")
-        values = group.pivot(on="final", on_columns=finals, index="intermediate", values="mean")
+        rows = grid["intermediate"].unique(maintain_order=True).to_list()
+        shown = grid.pivot(on="final", on_columns=finals, index="intermediate", values="cell").fill_null("—")
+        values = grid.pivot(on="final", on_columns=finals, index="intermediate", values="mean")
         title = group_title(group, shown_columns(labelled, keys, always=("variant",)))
         tables.append((title, shown))
+        if not itself.is_empty():
+            tables.append((f"{title}: each task fine-tuned after itself (not in the report's Figure 2)", itself))
         figures.append(plots.heat_map(values.drop("intermediate").to_numpy().astype(float), rows, finals,
                                       name=f"sequential-{i}", title=title, xlabel="final task",
                                       ylabel="intermediate task", fmt=".3f", centre=False))
-    note = ("Rows: the task fine-tuned on first (\"none\": fine-tuned directly); columns: the final task, its "
-            "primary metric, mean ± sd over seeds (the college report's Figure 2). The heat map shades each "
-            "column from its lowest to its highest value."
+    note = ("Rows: the task fine-tuned on first; columns: the final task (the report's Figure 2 has them the "
+            "other way round), its primary metric, mean ± sd over seeds. The diagonal is the direct fine-tune, "
+            "marked \"(direct)\", as in Figure 2 (\"The diagonal scores are the baseline scores\", the baseline "
+            "being to \"finetune directly on the final task without an intermediate task\"); row \"none\" holds "
+            "the direct fine-tune of a final task that is not an intermediate task. A task fine-tuned after "
+            "itself, which Figure 2 does not have, is in a table of its own, beside its direct fine-tune. The "
+            "heat map shades each column from its lowest to its highest value."
             + "".join(f" {task.upper()}: {metric}, as the report's Figure 2 shows." for task, metric in metrics.items()
-                      if task in set(matrix["task"])))
+                      if task in set(matrix["task"]))
+            + " " + final_head_note(results.spec, paper))
     return [Section("Sequential fine-tuning", note, tuple(tables), tuple(figures))], {"sequential_matrix": matrix}
+
+
+def figure2_layout(group: pl.DataFrame, intermediates: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One group's sequential matrix (rows of intermediate, task, final, cell, mean) as the report's Figure 2
+    lays it out: the direct fine-tune in the diagonal cell of its task where the task is also an
+    intermediate task (row "none" otherwise), the runs of a task after itself left out; and those runs
+    apart, each beside its task's direct fine-tune."""
+    direct = pl.col("intermediate") == "none"
+    diagonal = direct & pl.col("task").is_in(intermediates)
+    after_itself = pl.col("intermediate") == pl.col("task")
+    order = ["none", *intermediates]
+    grid = (group.filter(~after_itself)
+            .with_columns(pl.when(diagonal).then(pl.format("{} (direct)", "cell")).otherwise("cell").alias("cell"),
+                          pl.when(diagonal).then(pl.col("task")).otherwise("intermediate").alias("intermediate"))
+            .sort(pl.col("intermediate").replace_strict(order, range(len(order)), default=len(order)),
+                  maintain_order=True))
+    itself = (group.filter(after_itself).select("final", pl.col("cell").alias("after itself"))
+              .join(group.filter(direct).select("final", pl.col("cell").alias("direct (the diagonal)")),
+                    on="final", how="left", maintain_order="left")
+              .rename({"final": "task"}).fill_null("—"))
+    return grid, itself
+
+
+def final_head_note(spec: dict, paper: conventions.Conventions) -> str:
+    """Which task head the sequential runs' final task started with, and what the study assumes of the report.
+    A plan without the setting made new heads, the only kind before it existed."""
+    applied = spec.get("final_head", "new")
+    text = f"The final task's head: {FINAL_HEADS[applied]} (`final_head={applied}`)."
+    if paper.final_head is not None:
+        assumed, why = paper.final_head
+        text += f" {why}"
+        if applied != assumed:
+            text += f" This run differs from that assumption (`final_head={assumed}` would follow it)."
+    return text
+
+
+FINAL_HEADS = {"new": "a new classifier, drawn afresh", "carried": "the intermediate run's classifier, carried"}
 
 
 def training_loss(results, summary, levels):
@@ -181,11 +227,13 @@ def training_loss(results, summary, levels):
                            pl.format("step {}", "step").alias("_step"))
              .pivot(on="_step", on_columns=[f"step {s}" for s in picked], index=["_panel", "variant"], values="cell")
              .rename({"_panel": " · ".join(panel_keys)}).fill_null("—"))
+    drawing = ("one line per variant" if figure is not None
+               else "no plot: each run logged its loss at one step only, so there is no curve to draw")
     note = ("Training loss averaged over each `log_every` steps, against the training step, mean (± sd) over seeds, "
-            "one line per variant (the college report's Figures 1 and 4: loss against iterations); the table gives a "
+            f"{drawing} (the college report's Figures 1 and 4: loss against iterations); the table gives a "
             "few of the steps, tables/training_loss.parquet all of them."
-            + (f" The plot draws the first {LOSS_LINES} of {len(variants)} variants." if len(variants) > LOSS_LINES
-               else ""))
+            + (f" The plot draws the first {LOSS_LINES} of {len(variants)} variants."
+               if figure is not None and len(variants) > LOSS_LINES else ""))
     return [Section("Training loss", note, (("", shown),), figures_drawn(figure))], {"training_loss": loss}
 
 
@@ -342,3 +390,41 @@ def vocabulary(results, summary, levels):
             "the reference vocabulary, and the share of English-like 10-piece contexts in a corpus (the "
             "monolingual report's Table 2).")
     return [Section("Vocabulary", note, (("", shown),))], {"vocabulary": table}
+
+
+# The kinds of word-embedding row a shuffle tells apart (bertology.interventions.shuffle_embeddings.KINDS),
+# as the report names them.
+ROW_KINDS = {"english_like": "English-like", "other": "other", "special": "special", "reserved": "reserved",
+             "no_token": "no token"}
+
+
+def embedding_rows(results, summary, levels):
+    """Which word-embedding rows each shuffled variant moved and which it kept, per model, from its
+    checkpoint's manifest: what "we only map English tokens to English embedding vectors" came to on each
+    model's vocabulary, in numbers."""
+    facts = [f for f in results.intervention_facts if f["intervention"] == "shuffle-embeddings"]
+    if not facts:
+        return [], {}
+    labels = variant_labels(results.spec["variants"])
+    long, shown = [], []
+    for fact in facts:
+        group_of = {kind: group for group in fact["shuffled"] for kind in group}
+        cells = {}
+        for kind, count in fact["rows"].items():
+            group = group_of.get(kind)
+            long.append({"model": fact["model"], "variant": fact["variant"], "step": fact["step"], "kind": kind,
+                         "rows": count, "fate": "kept" if group is None else "shuffled",
+                         "group": None if group is None else "+".join(group)})
+            together = ", ".join(ROW_KINDS.get(k, k) for k in group or () if k != kind)
+            fate = "kept" if group is None else f"shuffled with {together}" if together else "shuffled"
+            cells[ROW_KINDS.get(kind, kind)] = f"{count:,} {fate}"
+        shown.append({"model": fact["model"], "variant": labels.get(fact["variant"], fact["variant"]), **cells})
+    note = ("The word-embedding rows of each shuffled variant's checkpoint, by kind, from its manifest: shuffled "
+            "rows trade places only within their group (English-like among English-like, other among other, or "
+            "\"with\" the kinds named), kept rows keep their pre-trained vectors. English-like: the whole piece "
+            "matches `(##)?[A-Za-z]+` (the monolingual report's RegEx, §4.1); special: the tokenizer's special "
+            "tokens ([CLS], [SEP], [PAD], [MASK], [UNK]); reserved: the `[unusedN]` placeholder pieces (kept, "
+            "assumed: the report preserves the special tokens' alignments and does not name these); no token: "
+            "rows of a padded table beyond the tokenizer's vocabulary.")
+    return ([Section("Shuffled word-embedding rows", note, (("", pl.DataFrame(shown).fill_null("—")),))],
+            {"embedding_rows": pl.DataFrame(long)})
