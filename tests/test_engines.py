@@ -56,7 +56,8 @@ def test_the_finetune_pod_becomes_exactly_this_podman_run(tmp_path, monkeypatch)
     command = engine.run_command(template, container, "pod-1", {"/tmp": tmp_path})
     start = command.index("run")
     assert command[start:] == [
-        "run", "--name", "pod-1", "--label", "io.bertology.workflow=reversed-layers", "--network", "host",
+        "run", "--name", "pod-1", "--label", "io.bertology.workflow=reversed-layers",
+        "--label", f"io.bertology.run={engine.run_id}", "--network", "host",
         "--shm-size", "64m", *images.ulimits(), "--user", "10001:10001", "--group-add", "10001",
         "--read-only", "--read-only-tmpfs=false", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
         "--memory", str(32 * 2**30), "--memory-swap", str(32 * 2**30), "-v", f"{tmp_path}:/tmp",

@@ -32,6 +32,7 @@ from bertology.results.regression import (
     read_baseline,
     regress,
 )
+from bertology.steps import harness
 from bertology.steps import regress as regress_step
 from bertology.store import LocalStore, open_store
 
@@ -297,8 +298,10 @@ def test_the_cron_workflow_is_a_nightly_with_no_overlap():
     assert spec["schedules"] == ["0 2 * * *"] and spec["timezone"] == "UTC"
     assert spec["concurrencyPolicy"] == "Forbid" and spec["startingDeadlineSeconds"] > 0
     assert spec["successfulJobsHistoryLimit"] > 0 and spec["failedJobsHistoryLimit"] > 0
-    # templateReferencing: Strict runs only Workflows that reference a WorkflowTemplate
-    assert spec["workflowSpec"] == {"workflowTemplateRef": {"name": "bertology-nightly-regression"}}
+    # templateReferencing: Strict runs only Workflows that reference a WorkflowTemplate (operator.go
+    # setExecWorkflow: MustUseReference); the night's own priority goes before the studies in the GPU queue
+    # (tests/test_gpu_queue.py)
+    assert spec["workflowSpec"] == {"workflowTemplateRef": {"name": "bertology-nightly-regression"}, "priority": 100}
     (template,) = load_documents(NIGHTLY_TEMPLATE)
     params = {p["name"]: p.get("value") for p in template["spec"]["arguments"]["parameters"]}
     assert params["promote"] == "false" and params["preset"] == "paper"
@@ -309,18 +312,16 @@ def test_the_cron_workflow_is_a_nightly_with_no_overlap():
 def test_the_nightly_runs_the_study_dag_in_a_scratch_store_then_regress():
     """The nightly's DAG is bertology-study's `main`, task for task, with the scratch store, then regress: a
     change to the study DAG or a new study parameter must reach the nightly too. plan fixes both stores
-    (the scratch one and the baseline store) once, for every later step."""
+    (the scratch one, <store>/nightly/<workflow name>, and the store itself as the baseline store) once, for
+    every later step."""
     (nightly,) = load_documents(NIGHTLY_TEMPLATE)
     (study,) = load_documents(TEMPLATES / "study.yaml")
     ours, theirs = _dag(nightly), _dag(study)
-    scratch = "{{workflow.parameters.store}}/nightly/{{workflow.name}}"
     assert list(ours) == [*theirs, "regress"]
     for name, task in theirs.items():
-        text = json.dumps(task).replace('"{{workflow.parameters.store}}"', json.dumps(scratch))
-        expected = json.loads(text)
-        if name == "plan":  # and the baseline store, which plan fixes too
-            expected["arguments"]["parameters"].insert(
-                2, {"name": "baseline_store", "value": "{{workflow.parameters.store}}"})
+        expected = json.loads(json.dumps(task))
+        if name == "plan":  # in its scratch store, which plan fixes with the baseline store
+            expected["arguments"]["parameters"].insert(3, {"name": "scratch", "value": "nightly/{{workflow.name}}"})
         assert ours[name] == expected, (
             f"task '{name}' differs from bertology-study's: a new study parameter or step? "
             f"add it to {NIGHTLY_TEMPLATE.relative_to(REPO)} too")
@@ -336,7 +337,24 @@ def test_the_nightly_runs_the_study_dag_in_a_scratch_store_then_regress():
     assert regress_args["baseline_store"] == "{{tasks.plan.outputs.parameters.baseline_store}}"  # outlives the scratch
     # no step after plan reads the ConfigMap-backed `store` parameter again (setGlobalParameters re-reads it)
     after_plan = json.dumps([t for n, t in ours.items() if n != "plan"])
-    assert "workflow.parameters.store" not in after_plan
+    assert "workflow.parameters.store" not in after_plan and "workflow.parameters.platform_store" not in after_plan
+
+
+def test_plan_takes_the_store_given_else_the_platform_s_and_runs_a_night_in_its_scratch():
+    """What the nightly's plan pod gets: `--store` (the Workflow's `store`, empty unless set), `--platform-store`
+    (the ConfigMap's) and `--scratch nightly/<workflow name>`: the night's store is <store>/nightly/<name>, and
+    <store> is the baseline store plan hands on."""
+    def parsed(*argv):
+        args = harness.parser("plan").parse_args(list(argv))
+        return harness.store_root(args), args.baseline_store
+
+    night = ("--platform-store", "s3://b/platform", "--scratch", "nightly/wf-1")
+    assert parsed("--store", "", *night) == ("s3://b/platform/nightly/wf-1", "s3://b/platform")
+    assert parsed("--store", "s3://b/mine/", *night) == ("s3://b/mine/nightly/wf-1", "s3://b/mine/")
+    assert parsed("--store", "s3://b/mine", "--platform-store", "s3://b/platform") == ("s3://b/mine", None)
+    assert parsed("--store", "", "--platform-store", "s3://b/platform") == ("s3://b/platform", None)
+    with pytest.raises(BadInput, match="empty store URI"):  # neither: refused, as an empty store always was
+        open_store(parsed("--store", "", "--platform-store", "")[0])
 
 
 def _bertology(*args, env):

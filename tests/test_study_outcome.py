@@ -58,7 +58,7 @@ def test_plan_fixes_the_store_for_every_later_step(tmp_path):
     parameter, which Argo reads from the ConfigMap again on every reconcile (setGlobalParameters)."""
     result, store = _run(tmp_path, ONE_CELL, dry_run=True)
     assert result.nodes["plan"].outputs["store"] == store.uri
-    later = [p for p in result.pods if p.template != "plan"]
+    later = [p for p in result.pods if p.template not in ("plan", "verdict")]  # verdict reads no store
     assert later and all(p.argv[p.argv.index("--store") + 1] == store.uri for p in later)
     for name in ("study.yaml", "vocab-overlap.yaml", "nightly-regression.yaml"):
         import yaml
@@ -68,6 +68,7 @@ def test_plan_fixes_the_store_for_every_later_step(tmp_path):
         main = next(t for t in doc["spec"]["templates"] if t["name"] == doc["spec"]["entrypoint"])
         after_plan = [t for t in main["dag"]["tasks"] if t["name"] != "plan"]
         assert "workflow.parameters.store" not in json.dumps(after_plan), name
+        assert "workflow.parameters.platform_store" not in json.dumps(after_plan), name
 
 
 @pytest.mark.parametrize(("given", "trained_at"), [({}, 2e-3), ({"lr": "1e-4"}, 1e-4), ({"lr": "2e-5"}, 2e-5)])

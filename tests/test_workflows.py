@@ -42,8 +42,10 @@ def test_gpu_steps_request_a_gpu_and_retry_only_transient_failures():
     for name, template in steps.items():
         if "container" in template:
             retry = template["retryStrategy"]
-            assert retry["expression"] == ('!(lastRetry.message contains "longer than the specified deadline") && '
-                                           '(lastRetry.status == "Error" || asInt(lastRetry.exitCode) in [-1, 75, 137])'), name
+            # one policy for every step (what it retries: tests/test_argo_failures.py, over Argo's messages)
+            assert retry == steps["plan"]["retryStrategy"], name
+            assert retry["limit"] == "3" and retry["retryPolicy"] == "Always"
+            assert retry["affinity"] == {"nodeAntiAffinity": {}}, name  # a retry on another node
             assert "backoff" not in retry, name  # waited out before the policy is read; holds the GPU lock
             assert template["activeDeadlineSeconds"], name  # every pod has a deadline
             assert template["container"]["securityContext"]["readOnlyRootFilesystem"] is True
@@ -138,9 +140,13 @@ def test_pods_run_as_the_service_account_the_platform_grants_task_results():
     for name in runnable:
         spec = library[name].spec
         assert spec["serviceAccountName"] == account, name
-        (store,) = [p for p in spec["arguments"]["parameters"] if p["name"] == "store"]
-        assert store == {**store, "valueFrom": {"configMapKeyRef": {"name": "bertology-config", "key": "store"}}}
-        assert "value" not in store, name
+        # `store` a plain value, empty: -p store=… replaces it on every Argo version; the ConfigMap's URI is
+        # `platform_store`, which plan reads when `store` is empty
+        params = {p["name"]: p for p in spec["arguments"]["parameters"]}
+        assert params["store"]["value"] == "" and "valueFrom" not in params["store"], name
+        platform = params["platform_store"]
+        assert platform == {**platform, "valueFrom": {"configMapKeyRef": {"name": "bertology-config", "key": "store"}}}
+        assert "value" not in platform, name
     assert maps["bertology-config"]["metadata"]["labels"]["workflows.argoproj.io/configmap-type"] == "Parameter"
     assert set(maps["bertology-semaphores"]["data"]) == {"gpu"}
 
@@ -151,3 +157,41 @@ def test_no_dag_relies_on_fail_fast_timing():
     assert dags
     for template in dags:
         assert template["dag"].get("failFast") is False, template["name"]
+
+
+def _library_with_platform_store(tmp_path: Path, uri: str) -> Path:
+    """The real library, its ConfigMap bertology-config pointing at `uri` (as the chart's store.uri would)."""
+    templates = tmp_path / "templates"
+    shutil.copytree(TEMPLATES, templates)
+    docs = load_documents(templates / "platform.yaml")
+    for doc in docs:
+        if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == "bertology-config":
+            doc["data"]["store"] = uri
+    (templates / "platform.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return templates
+
+
+@pytest.mark.parametrize("version", ["3.6.19", "3.7.18", "4.1.2"])
+def test_the_store_given_with_p_reaches_plan_on_every_supported_argo_version(tmp_path, monkeypatch, version):
+    """`argo submit … -p store=URI` (workflow/util/util.go overrideParameters) puts a value in the Workflow;
+    before v3.7.0 a WorkflowTemplate's valueFrom for the same parameter won (tests/test_argo_conformance.py).
+    The study's `store` has none, so plan writes where -p says on every version; without it, plan takes
+    the ConfigMap's (`platform_store`). plan runs for real here (a dry run runs only it)."""
+    from bertology.argo.runner import run_workflow
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("BERTOLOGY_CACHE", str(tmp_path / "cache"))
+    platform, mine = tmp_path / "platform", tmp_path / "mine"
+    templates = _library_with_platform_store(tmp_path, f"file://{platform}")
+
+    def plan_store(**params) -> str:
+        result = run_workflow(WORKFLOWS / "reversed-layers.yaml", params={"preset": "tiny", "tasks": '["rte"]', **params},
+                              templates_dir=templates, workdir=tmp_path / f"work-{len(params)}", project_root=REPO,
+                              log=lambda _: None, dry_run=True, fork_server=True, argo_version=version)
+        assert result.nodes["plan"].phase == "Succeeded", result.nodes["plan"].message
+        return result.nodes["plan"].outputs["store"]
+
+    assert plan_store(store=f"file://{mine}") == f"file://{mine}"
+    assert list(mine.glob("studies/reversed-layers/*/plan.json")) and not platform.exists()
+    if version == "4.1.2":  # the same on every version: the ConfigMap's store when none is given
+        assert plan_store() == f"file://{platform}"

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import TextIO
 
+from bertology.argo.exit_handler import EXIT_NODE
 from bertology.argo.runner import RunEvent
 from bertology.errors import EXIT_BAD_INPUT
 
@@ -45,6 +46,7 @@ class Progress:
         self.running: dict[str, float] = {}  # container node -> when it started
         self.failures: list[RunEvent] = []  # the containers that failed, in order
         self.started_at: dict[str, float] = {}  # fan-out -> when it expanded
+        self.waiting: dict[str, str] = {}  # container node -> the semaphore it waits for (another run holds it)
 
     def feed(self, event: RunEvent) -> bool:
         """Count the event; True when it is a container that failed (an error to show now)."""
@@ -53,9 +55,13 @@ class Progress:
             self.groups[event.node] = event.count
             self.started_at.setdefault(event.node, self._clock())
             self.parent.update({child: event.node for child in event.children})
+        elif event.kind == "waiting":
+            self.waiting[event.node] = event.message
         elif event.kind == "started":
+            self.waiting.pop(event.node, None)
             self.running[event.node] = self._clock()
         elif event.kind == "finished":
+            self.waiting.pop(event.node, None)
             was_container = self.running.pop(event.node, None) is not None
             if was_container and event.phase in FAILED:
                 self.failures.append(event)
@@ -94,6 +100,9 @@ class Progress:
             parts.append(f"running {running[0]}")
         else:
             parts.append(f"{len(running)} steps running")
+        if self.waiting:  # for a semaphore another run on this machine holds
+            locks = sorted(set(self.waiting.values()))
+            parts.append(f"{len(self.waiting)} waiting for {', '.join(locks)}")
         eta = self.eta()
         if eta is not None and done < (total or 0):
             parts.append(f"ETA {_duration(eta)}")
@@ -134,8 +143,10 @@ class Console:
     def event(self, event: RunEvent) -> None:
         with self._lock:
             # a bad input (exit 2) is not echoed here: `bertology run` ends with the step's one-line error
-            # naming the bad value, so a refused study leaves exactly that line on stderr
-            if self.progress.feed(event) and self.verbosity < VERBOSE and event.exit_code != EXIT_BAD_INPUT:
+            # naming the bad value, so a refused study leaves exactly that line on stderr; nor is the exit
+            # handler's verdict, which restates the steps' failures (the Workflow's message, printed last)
+            if (self.progress.feed(event) and self.verbosity < VERBOSE and event.exit_code != EXIT_BAD_INPUT
+                    and event.node != EXIT_NODE):
                 self._write_error(f"{event.node}: {event.phase}" + (f" ({event.message})" if event.message else ""))
             if self._bar is not None:
                 self._draw()

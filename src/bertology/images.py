@@ -12,6 +12,10 @@ image built from the tree it runs, whatever base and torch it was built with (be
 `BASE=local` builds on a Debian base made here with mmdebstrap (no registry but Debian's) and takes torch
 and every package from this machine's own pip settings, mounted into the build (podman only: docker's build
 has no volumes).
+
+`make push REGISTRY=HOST[:PORT][/PATH]` builds as `make images` does, tags each image REGISTRY/NAME:VERSION
+(the chart's appVersion, which an empty images.NAME.tag stands for), pushes it, and prints the digest the
+registry stores it under with the chart values that pull it by that digest (images.train, images.cpu).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -39,6 +44,19 @@ PUBLIC_BASE = "python:3.12.8-slim-bookworm"
 # The local base: Debian's minimal system with Python 3.11 and the CA bundle, as one layer.
 LOCAL_BASE_RECIPE = ("mmdebstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
                      "bookworm", "-")
+# The chart's default repositories (values.yaml): a placeholder where nothing is published, which the chart
+# refuses to render unless images.allowPlaceholder=true
+PLACEHOLDER = "ghcr.io/bertology"
+CHART = Path("charts/bertology/Chart.yaml")
+# A registry and repository path as image references spell them (the distribution/reference grammar): a host
+# (a dot, a port or localhost, so that it cannot be read as a Docker Hub path), then lowercase path components.
+_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+REGISTRY_RE = re.compile(rf"(?P<host>{_HOST})(?P<port>:[0-9]{{1,5}})?(?:/{_PATH})*")
+TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+REGISTRY_ALLOWED = ("HOST[:PORT][/PATH], the registry your cluster pulls from, without a scheme: a host with a dot "
+                    "or a port, or localhost, then lowercase letters, digits and . _ - between slashes, e.g. "
+                    "registry.example.com/ml")
 INSTALL_HINT = "install one: apt-get install -y podman runc (Debian/Ubuntu), or Docker with its daemon running"
 TORCH = "torch==2.13.0"
 TORCH_SOURCES = {
@@ -235,6 +253,79 @@ def build(root: Path, *, engine: str, base: str = "public", train_torch: str | N
     return built
 
 
+# --- pushing ---------------------------------------------------------------------------------------------
+
+
+def check_registry(registry: str) -> str:
+    """`registry` as `make push` takes it; BadInput (one line: the value and what is allowed) otherwise."""
+    if not registry:
+        raise BadInput(f"REGISTRY is missing: make push REGISTRY=... (allowed: {REGISTRY_ALLOWED})")
+    match = REGISTRY_RE.fullmatch(registry)
+    if match is None or not ("." in match["host"] or match["port"] or match["host"] == "localhost"):
+        raise BadInput(f"REGISTRY={registry!r} is not allowed (allowed: {REGISTRY_ALLOWED})")
+    if registry == PLACEHOLDER or registry.startswith(PLACEHOLDER + "/"):
+        raise BadInput(f"REGISTRY={registry!r} is the chart's placeholder, where no bertology image is published "
+                       f"(allowed: another registry, {REGISTRY_ALLOWED})")
+    return registry
+
+
+def chart_version(root: Path) -> str:
+    """The chart's appVersion: the tag the chart pulls when images.NAME.tag is empty."""
+    for line in (root / CHART).read_text().splitlines():
+        if line.startswith("appVersion:"):
+            return line.split(":", 1)[1].strip().strip("'\"")
+    raise RuntimeError(f"{CHART} has no appVersion")
+
+
+def push_one(engine: str, ref: str, *, tls_verify: bool) -> str:
+    """Push `ref` (REGISTRY/NAME:TAG, tagged locally) to its registry: the manifest digest the registry stores
+    it under (sha256:...), which the chart's images.NAME.digest pins."""
+    with tempfile.TemporaryDirectory(prefix="bertology-push-") as tmp:
+        digest_file = Path(tmp) / "digest"
+        if engine == "podman":
+            command = [*engine_command(engine), "push", "--quiet", f"--tls-verify={str(tls_verify).lower()}",
+                       "--digestfile", str(digest_file), ref]
+        else:  # docker: TLS is the daemon's setting (insecure-registries; loopback is insecure by default)
+            command = [engine, "push", ref]
+        done = subprocess.run(command, check=False, capture_output=True, text=True)
+        if done.returncode != 0:
+            said = " ".join((done.stderr.strip() or done.stdout.strip()).splitlines()[-1:])
+            raise RuntimeError(f"pushing {ref} failed ({engine} push exit {done.returncode}): {said}")
+        if engine == "podman":
+            digest = digest_file.read_text().strip()
+        else:  # its last line: "TAG: digest: sha256:... size: N"
+            found = re.findall(r"digest: (sha256:[a-f0-9]{64})", done.stdout)
+            digest = found[-1] if found else ""
+    if not re.fullmatch(r"sha256:[a-f0-9]{64}", digest):
+        raise RuntimeError(f"pushing {ref}: {engine} reported no digest ({digest!r})")
+    return digest
+
+
+def push(root: Path, *, engine: str, registry: str, version: str, tls_verify: bool = True, base: str = "public",
+         train_torch: str | None = None, log=print) -> dict[str, tuple[str, str]]:
+    """Build both images as `build` does (nothing when up to date), tag each REGISTRY/NAME:VERSION and push it:
+    image -> (REGISTRY/NAME, digest)."""
+    if not tls_verify and engine != "podman":
+        raise BadInput(f"TLS_VERIFY=false is podman's ({engine} reads insecure registries from its daemon's "
+                       "settings; loopback is allowed there by default): use ENGINE=podman, or TLS_VERIFY=true")
+    build(root, engine=engine, base=base, train_torch=train_torch, registry=registry, version=version, log=log)
+    pushed = {}
+    for image, name in IMAGES.items():
+        ref = f"{registry}/{name}:{version}"
+        log(f"{ref}: pushing")
+        started = time.monotonic()
+        digest = push_one(engine, ref, tls_verify=tls_verify)
+        log(f"{ref}: pushed in {time.monotonic() - started:.0f} s, digest {digest}")
+        pushed[image] = (f"{registry}/{name}", digest)
+    return pushed
+
+
+def helm_values(pushed: dict[str, tuple[str, str]]) -> list[str]:
+    """The `helm install` arguments that make the chart pull each pushed image by its digest."""
+    return [f"--set images.{image}.{key}={value}" for image, (repository, digest) in pushed.items()
+            for key, value in (("repository", repository), ("digest", digest))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bertology.images", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -244,6 +335,14 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--train-torch", default=None, help="cuda | cpu (default: cuda; cpu with --base local)")
     b.add_argument("--registry", default="", help="with --version, also tag each image REGISTRY/NAME:VERSION")
     b.add_argument("--version", default="", help="see --registry (the chart's appVersion)")
+    p = sub.add_parser("push", help="build both images if needed, push them, print the chart values that pull "
+                                    "them by digest")
+    p.add_argument("--registry", default="", help="HOST[:PORT][/PATH]: each image goes to REGISTRY/NAME:VERSION")
+    p.add_argument("--version", default="", help="the tag (default: the chart's appVersion)")
+    p.add_argument("--engine", default=None, help="podman | docker (default: whichever runs here)")
+    p.add_argument("--base", default="public", help="public (the Dockerfiles' bases) | local (mmdebstrap)")
+    p.add_argument("--train-torch", default=None, help="cuda | cpu (default: cuda; cpu with --base local)")
+    p.add_argument("--tls-verify", default="true", help="true | false (false: a registry without TLS; podman)")
     t = sub.add_parser("tree", help="print each image's tree hash (its label io.bertology.tree)")
     t.add_argument("--root", default=".")
     args = parser.parse_args(argv)
@@ -252,6 +351,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "tree":
             for image, name in IMAGES.items():
                 print(f"{name} {tree_hash(Path(args.root), image)}")
+            return 0
+        if args.command == "push":
+            registry = check_registry(args.registry)
+            version = args.version or chart_version(root)
+            if not TAG_RE.fullmatch(version):
+                raise BadInput(f"IMAGE_TAG={version!r} is not allowed (allowed: letters, digits, _ . -, at most "
+                               "128, not starting with . or -)")
+            if args.tls_verify not in ("true", "false"):
+                raise BadInput(f"TLS_VERIFY={args.tls_verify!r} is not allowed (allowed: true, false)")
+            engine = find_engine(args.engine)
+            pushed = push(root, engine=engine, registry=registry, version=version,
+                          tls_verify=args.tls_verify == "true", base=args.base, train_torch=args.train_torch)
+            print(f"helm values that pull these images by digest (images.{' and images.'.join(IMAGES)}: "
+                  "repository and digest); add them to `helm install`:")
+            print(" \\\n".join(f"  {line}" for line in helm_values(pushed)))
             return 0
         engine = find_engine(args.engine)
         for image, ref in build(root, engine=engine, base=args.base, train_torch=args.train_torch,

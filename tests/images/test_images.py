@@ -1,7 +1,8 @@
 """The images, built here (`make test-images` builds them first with BASE=local), and pods run in them with
 podman exactly as their templates say: a whole tiny study against S3 on loopback, equal to the in-process
-runner's; the pod's security settings, checked from inside; an OOM kill, exit 137, retried as the template's
-retryStrategy says; an emptyDir over its sizeLimit evicted; and the bad input refused before anything runs.
+runner's; the pod's security settings, checked from inside; an OOM kill, exit 137, and an emptyDir over its
+sizeLimit, evicted, each not retried, as the template's retryStrategy says; the bad input refused before
+anything runs; and a SIGKILLed runner's containers removed with it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -198,14 +200,15 @@ def test_a_pod_runs_as_its_template_says(built, bucket, tmp_path):
 
 
 OOM = "bytearray(512 * 2**20)"
-OOM_ONCE = "import os\nif os.environ['ATTEMPT'] == '0': bytearray(512 * 2**20)\nprint('attempt', os.environ['ATTEMPT'], 'done')"
+TRANSIENT_ONCE = "import os, sys\nif os.environ['ATTEMPT'] == '0': sys.exit(75)\nprint('attempt', os.environ['ATTEMPT'], 'done')"
 
 
-def test_an_oom_kill_exits_137_and_is_retried_as_the_template_says(built, bucket, tmp_path):
-    """The step library's retryStrategy (limit 3; exit 75, 137 or status Error): a step over its memory limit
-    is killed by the kernel, exits 137, fails with Argo's message for it (operator.go inferFailedReason:
-    "main: OOMKilled (exit code 137)") and is retried; one that fits on its second attempt succeeds then;
-    exit 2 (bad input) is not retried. The limit is the template's resources.limits.memory (64Mi here)."""
+def test_an_oom_kill_exits_137_and_is_not_retried_as_the_template_says(built, bucket, tmp_path):
+    """The step library's retryStrategy (limit 3; exit 75, 137 or status Error, but not an OOM kill): a step
+    over its memory limit is killed by the kernel, exits 137 and fails with Argo's message for it (operator.go
+    inferFailedReason: "main: OOMKilled (exit code 137)"), which the expression does not retry: it would run
+    out again; a transient failure (75) is retried and succeeds on its second attempt; exit 2 (bad input) is
+    not retried. The limit is the template's resources.limits.memory (64Mi here)."""
     small = {"requests": {"cpu": "1", "memory": "64Mi"}, "limits": {"memory": "64Mi"}}
 
     def limited(name, script, env=None):
@@ -215,15 +218,15 @@ def test_an_oom_kill_exits_137_and_is_retried_as_the_template_says(built, bucket
         return template
 
     path = _workflow(tmp_path, [limited("always-oom", OOM),
-                                limited("oom-once", OOM_ONCE, [{"name": "ATTEMPT", "value": "{{retries}}"}]),
+                                limited("transient-once", TRANSIENT_ONCE, [{"name": "ATTEMPT", "value": "{{retries}}"}]),
                                 limited("bad-input", "raise SystemExit(2)")],
-                     [{"name": n, "template": n} for n in ("always-oom", "oom-once", "bad-input")])
+                     [{"name": n, "template": n} for n in ("always-oom", "transient-once", "bad-input")])
     result, lines = _run(path, f"s3://{bucket}/store", tmp_path)
-    always, once, bad = (result.nodes[n] for n in ("always-oom", "oom-once", "bad-input"))
-    assert (always.phase, always.exit_code, always.attempts) == ("Failed", 137, 4), lines
-    # the Retry node says why it stopped (operator.go processNodeRetries); each attempt, why it failed
-    assert always.message == "No more retries left"
-    assert all(t.message.startswith("main: OOMKilled (exit code 137)") for t in always.tries), always.tries
+    always, once, bad = (result.nodes[n] for n in ("always-oom", "transient-once", "bad-input"))
+    assert (always.phase, always.exit_code, always.attempts) == ("Failed", 137, 1), lines
+    # the Retry node says why it stopped (operator.go processNodeRetries); its attempt, why it failed
+    assert always.message == "retryStrategy.expression evaluated to false"
+    assert always.tries[0].message.startswith("main: OOMKilled (exit code 137)"), always.tries
     assert (once.phase, once.exit_code, once.attempts) == ("Succeeded", 0, 2), lines
     assert any("attempt 1 done" in line for line in lines)
     assert (bad.phase, bad.exit_code, bad.attempts) == ("Failed", 2, 1)
@@ -231,19 +234,18 @@ def test_an_oom_kill_exits_137_and_is_retried_as_the_template_says(built, bucket
 
 def test_an_empty_dir_over_its_size_limit_is_evicted(built, bucket, tmp_path):
     """pkg/kubelet/eviction: an emptyDir past its sizeLimit evicts the pod ("Usage of EmptyDir volume ...");
-    the killed container's exit code is 137, which the template's retryStrategy retries."""
+    the killed container's exit code is 137, and the template's retryStrategy does not retry it: it would fill
+    /tmp again."""
     fill = "import time\nopen('/tmp/big', 'wb').write(b'x' * 32 * 2**20)\ntime.sleep(30)"
-    template = _like("aggregate", "fill-tmp", fill, volumes=[{"name": "tmp", "emptyDir": {"sizeLimit": "8Mi"}}],
-                     retryStrategy={"limit": "1", "retryPolicy": "Always",
-                                    "expression": "asInt(lastRetry.exitCode) == 137"})
+    template = _like("aggregate", "fill-tmp", fill, volumes=[{"name": "tmp", "emptyDir": {"sizeLimit": "8Mi"}}])
     path = _workflow(tmp_path, [template], [{"name": "fill-tmp", "template": "fill-tmp"}])
     started = time.monotonic()
     result, lines = _run(path, f"s3://{bucket}/store", tmp_path)
     node = result.nodes["fill-tmp"]
-    assert (node.phase, node.exit_code, node.attempts) == ("Failed", 137, 2), lines
-    assert node.message == "No more retries left"  # the Retry node's (operator.go processNodeRetries)
-    assert all(t.message.startswith('Usage of EmptyDir volume "tmp" exceeds the limit "8Mi". ') for t in node.tries)
-    assert time.monotonic() - started < 40  # evicted, not left to sleep out its 30 s twice
+    assert (node.phase, node.exit_code, node.attempts) == ("Failed", 137, 1), lines
+    assert node.message == "retryStrategy.expression evaluated to false"  # the Retry node's (processNodeRetries)
+    assert node.tries[0].message.startswith('Usage of EmptyDir volume "tmp" exceeds the limit "8Mi". ')
+    assert time.monotonic() - started < 40  # evicted, not left to sleep out its 30 s
 
 
 def test_bad_input_is_one_line_before_anything_runs(built, bucket, tmp_path, s3_server):
@@ -280,3 +282,99 @@ def test_bad_input_is_one_line_before_anything_runs(built, bucket, tmp_path, s3_
         (f"error: no bertology-cpu image for this tree (hash {images.tree_hash(tmp_path, 'cpu')}) in podman: run "
         "`make images` (or `make images BASE=local`) first")]
     assert not open_store(f"s3://{bucket}/store").list("studies")
+
+
+WORKING = r"""
+import sys, time, uuid
+from bertology.store import open_store
+store, attempt = open_store(sys.argv[1]), uuid.uuid4().hex
+if not store.exists("work/started"):  # the first attempt publishes that it started, then works long
+    store.write_bytes("work/started", attempt.encode())
+    print("working", flush=True)
+    time.sleep(600)
+store.write_bytes("work/result", b"42")  # a rerun resumes from what was published: done at once
+store.write_bytes(f"work/finished/{attempt}", b"")
+"""
+
+
+def _containers(label: str) -> list[dict]:
+    listed = subprocess.run([*images.engine_command("podman"), "ps", "--all", "--format", "json", "--filter",
+                             f"label={label}"], check=True, capture_output=True, text=True).stdout
+    return json.loads(listed or "[]")
+
+
+def test_a_killed_runner_takes_its_containers_along(built, bucket, tmp_path):
+    """`bertology run --engine podman` SIGKILLed while its pod works (one process killed, as an OOM killer
+    picks one): the engine's client dies with the runner, but the container would live on without it; the
+    reaper removes every container with the run's label within seconds. A concurrent run of the same
+    workflow (another run label) keeps working, and then stops on SIGINT with its container removed before
+    it exits (130). The killed run's rerun resumes from what its step published and succeeds; afterwards no
+    container of the workflow is left, and the store holds one finished attempt: the rerun's."""
+    began = time.monotonic()
+    workflow = f"working-{uuid.uuid4().hex[:8]}"  # the file's name is the containers' workflow label
+    template = _like("aggregate", "work", WORKING, retryStrategy=None)
+    template["container"]["args"] = ["{{workflow.parameters.store}}"]
+    path = tmp_path / f"{workflow}.yaml"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": workflow},
+        "spec": {"entrypoint": "main", "arguments": {"parameters": [{"name": "store"}]},
+                 "templates": [{"name": "main", "dag": {"failFast": False,
+                                                        "tasks": [{"name": "work", "template": "work"}]}},
+                               template]}}, sort_keys=False))
+    stores = {run: f"s3://{bucket}/{run}" for run in ("killed", "other")}
+
+    def start(run: str, log: str) -> subprocess.Popen:
+        with (tmp_path / log).open("w") as out:
+            return subprocess.Popen([sys.executable, "-m", "bertology.cli", "run", str(path), "--templates",
+                                     str(TEMPLATES), "--engine", "podman", "--store", stores[run]],
+                                    cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True)
+
+    def output(log: str) -> str:
+        return (tmp_path / log).read_text()[-3000:]
+
+    runners = {run: start(run, f"{run}.log") for run in stores}
+    try:
+        while not all(open_store(uri).exists("work/started") for uri in stores.values()):
+            for run, runner in runners.items():
+                assert runner.poll() is None, output(f"{run}.log")
+            assert time.monotonic() - began < 180, {run: output(f"{run}.log") for run in stores}
+            time.sleep(0.2)
+        pods = {run: next(c for c in _containers(f"io.bertology.workflow={workflow}") if uri in c["Command"])
+                for run, uri in stores.items()}
+        labels = {run: f"io.bertology.run={pod['Labels']['io.bertology.run']}" for run, pod in pods.items()}
+        assert labels["killed"] != labels["other"] and {p["State"] for p in pods.values()} == {"running"}
+
+        os.kill(runners["killed"].pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        assert runners["killed"].wait(timeout=10) == -signal.SIGKILL
+        while _containers(labels["killed"]):
+            assert time.monotonic() - killed_at < 10, _containers(labels["killed"])
+            time.sleep(0.1)
+        print(f"the killed run's container removed {time.monotonic() - killed_at:.1f} s after the kill")
+        [other] = _containers(labels["other"])
+        assert other["State"] == "running"  # another run's container: untouched
+
+        runners["rerun"] = start("killed", "rerun.log")  # while the other run stops
+        os.kill(runners["other"].pid, signal.SIGINT)
+        assert runners["other"].wait(timeout=60) == 130, output("other.log")
+        assert "stopped by SIGINT; every step stopped" in output("other.log")
+        assert _containers(labels["other"]) == []
+
+        assert runners["rerun"].wait(timeout=300) == 0, output("rerun.log")
+        assert "workflow " + path.name + ": Succeeded" in output("rerun.log")
+    finally:
+        for runner in runners.values():
+            if runner.poll() is None:
+                runner.kill()
+        leftover = _containers(f"io.bertology.workflow={workflow}")
+        if leftover:
+            subprocess.run([*images.engine_command("podman"), "rm", "--force", "--time", "0",
+                            *[c["Id"] for c in leftover]], check=False, capture_output=True)
+    assert leftover == []  # the normal run removed its container too
+    store = open_store(stores["killed"])
+    first = store.read_bytes("work/started").decode()
+    finished = [key.removeprefix("work/finished/") for key in store.list("work/finished")]
+    assert store.read_bytes("work/result") == b"42"
+    assert len(finished) == 1 and finished != [first]  # the rerun's attempt; the killed one never finished
+    assert not open_store(stores["other"]).exists("work/result")
+    print(f"{time.monotonic() - began:.1f} s in all")

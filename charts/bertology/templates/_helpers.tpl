@@ -43,9 +43,13 @@ Context: dict with doc (the parsed document), path (its file) and root (the char
 {{- end }}
 {{- end }}
 {{- end }}
-{{- $image := get $root.Values.images (trimPrefix "bertology-" (regexReplaceAll "[:@].*$" (base .image) "")) }}
-{{- if not $image }}
+{{- $key := trimPrefix "bertology-" (regexReplaceAll "[:@].*$" (base .image) "") }}
+{{- $image := get $root.Values.images $key }}
+{{- if not (kindIs "map" $image) }}
 {{- fail (printf "%s: image %s is not bertology-train or bertology-cpu (expected one of values.images)" $where .image) }}
+{{- end }}
+{{- if and (hasPrefix "ghcr.io/bertology/" $image.repository) (not $root.Values.images.allowPlaceholder) }}
+{{- fail (printf "images.%s.repository %s is the chart's placeholder, where no image is published: push the images (make push REGISTRY=HOST[:PORT][/PATH]) and set images.train.repository, images.cpu.repository (and .digest) as it prints, or images.allowPlaceholder=true for a render that is never installed" $key $image.repository) }}
 {{- end }}
 {{- if $image.digest }}
 {{- $_ := set . "image" (printf "%s@%s" $image.repository $image.digest) }}

@@ -14,8 +14,10 @@ Follows, in argoproj/argo-workflows (v3.6 to v4.1):
 A node still waiting when the Workflow's activeDeadlineSeconds passes gives up its place and fails
 (deadlines.py: operator.go `failNodesWithoutCreatedPodsAfterDeadlineOrShutdown`).
 
-Locally, waiters are served in tree order (depth first: a started cell finishes before the next starts),
-so a run at parallelism 1 is reproducible; Argo orders a lock's waiters by workflow priority, then age.
+Within a run, waiters are served in tree order (depth first: a started cell finishes before the next
+starts), so a run at parallelism 1 is reproducible. Across runs, a semaphore is this machine's, shared by
+every `bertology run` (semaphores.py), and runs are served as Argo serves Workflows: by the Workflow's
+spec.priority, then its age.
 """
 
 from __future__ import annotations
@@ -23,14 +25,21 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+
+from bertology.argo.semaphores import Queue, WaitExpired
 
 DEFAULT_SEMAPHORE_LIMIT = 1
 
 
 class DeadlinePassed(Exception):
-    """The Workflow's deadline passed while a node waited for a lock or a parallelism slot."""
+    """The Workflow's deadline passed while a node waited for a lock (`what`: its name) or a parallelism
+    slot, after `waited` seconds."""
+
+    def __init__(self, what: str, waited: float = 0.0):
+        super().__init__(what)
+        self.what, self.waited = what, waited
 
 
 class OrderedPool:
@@ -62,6 +71,7 @@ class OrderedPool:
 
     @contextmanager
     def hold(self, key: tuple[int, ...], deadline: float | None = None) -> Iterator[None]:
+        began = time.time()
         with self._cond:
             if key in self._reserved:
                 self._reserved.discard(key)
@@ -74,7 +84,7 @@ class OrderedPool:
                     self._waiting.remove(key)
                     heapq.heapify(self._waiting)
                     self._cond.notify_all()
-                    raise DeadlinePassed(self.name)
+                    raise DeadlinePassed(self.name, time.time() - began)
                 self._cond.wait(left)
             heapq.heappop(self._waiting)
             self._free -= 1
@@ -99,10 +109,12 @@ def semaphore_names(template: dict) -> list[str]:
 
 
 class Limits:
-    """The pod cap and the semaphores of one run."""
+    """The pod cap and the semaphores of one run; with `machine`, each semaphore is also this machine's,
+    shared with every other run (semaphores.py)."""
 
-    def __init__(self, parallelism: int, semaphores: dict[str, int]):
+    def __init__(self, parallelism: int, semaphores: dict[str, int], machine: Queue | None = None):
         self.pods = OrderedPool(parallelism)
+        self.machine = machine
         self._limits = dict(semaphores)
         self._semaphores: dict[str, OrderedPool] = {}
         self._lock = threading.Lock()
@@ -124,12 +136,33 @@ class Limits:
             pool.cancel(key)
 
     @contextmanager
-    def locks(self, key: tuple[int, ...], semaphores: list[str], deadline: float | None = None) -> Iterator[None]:
+    def locks(self, key: tuple[int, ...], semaphores: list[str], deadline: float | None = None, holder: str = "",
+              waiting: Callable[[str, str], None] | None = None) -> Iterator[float]:
         """The template's semaphores, for the node's whole life: the controller acquires them for the node
         (operator.go executeTemplate: TryAcquire with the node's id, which for a template with a
-        retryStrategy is the Retry node's) and releases them once it is fulfilled, so a Retry node keeps
-        them through its backoff waits (upstream #9875). Raises DeadlinePassed as `hold`."""
+        retryStrategy is the Retry node's) before it makes any pod, and releases them once it is fulfilled,
+        so a Retry node keeps them through its backoff waits (upstream #9875). Yields the seconds the node
+        waited; `waiting(lock, who)` is called when it has to wait for another run's slot. Raises
+        DeadlinePassed (the lock's name, the seconds waited) as `hold` does."""
+        began = time.time()
+        who = holder or "/".join(map(str, key))
         with ExitStack() as stack:
             for name in sorted(semaphores):
-                stack.enter_context(self.semaphore(name).hold(key, deadline))
-            yield
+                queued = False
+                try:
+                    if self.machine is not None:  # the run's place in the machine's queue, from the start
+                        self.machine.join(name)
+                        queued = True
+                    stack.enter_context(self.semaphore(name).hold(key, deadline))  # the run's own order
+                    if self.machine is not None:
+                        queued = False  # acquire leaves the queue, whatever happens
+                        self.machine.acquire(name, self.semaphore(name).size, who, deadline,
+                                             None if waiting is None else (lambda text, name=name: waiting(name, text)))
+                        stack.callback(self.machine.release, name, who)
+                except BaseException as e:
+                    if queued and self.machine is not None:
+                        self.machine.unjoin(name)
+                    if isinstance(e, (DeadlinePassed, WaitExpired)):
+                        raise DeadlinePassed(name, time.time() - began) from None
+                    raise
+            yield time.time() - began if semaphores else 0.0

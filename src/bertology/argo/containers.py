@@ -119,12 +119,24 @@ class Containers:
         # backoff waits are shortened locally, except in a workflow with a deadline (deadlines.py)
         max_backoff_s = self.max_backoff_s if self.deadlines.workflow is None else float("inf")
         workflow_deadline = None if self.on_exit else self.deadlines.workflow
+        told: list[str] = []
+
+        def waiting(lock: str, who: str) -> None:  # another run holds the slots (semaphores.py)
+            told.append(lock)
+            self.emit(node_name, f"waiting for semaphore {lock} (held by {who})")
+            self.notify(RunEvent("waiting", node_name, message=lock))
+
         try:
-            locks = self.limits.locks(key, semaphore_names(template), workflow_deadline)
-            locks.__enter__()
-        except DeadlinePassed:  # waited for a lock past the Workflow's deadline: no pod was made
-            self.emit(node_name, f"Failed ({deadlines.WORKFLOW_MESSAGE})")
-            return self.record(NodeResult(node_name, template["name"], "Failed", message=deadlines.WORKFLOW_MESSAGE))
+            locks = self.limits.locks(key, semaphore_names(template), workflow_deadline, node_name, waiting)
+            queued_s = locks.__enter__()
+        except DeadlinePassed as e:  # waited for a lock past the Workflow's deadline: no pod was made
+            # the node keeps the lock it waited for (NodeStatus.synchronizationStatus.waiting) and its wait
+            self.emit(node_name, f"Failed ({deadlines.WORKFLOW_MESSAGE}) after waiting {e.waited:.1f}s for "
+                                 f"semaphore {e.what}")
+            return self.record(NodeResult(node_name, template["name"], "Failed", message=deadlines.WORKFLOW_MESSAGE,
+                                          waiting_for=e.what, queued_s=e.waited))
+        if told:
+            self.emit(node_name, f"acquired semaphore {', '.join(dict.fromkeys(told))} after {queued_s:.1f}s")
         try:
             result = self._attempts(template, node_name, node_dir, out_dir, log_path, inputs, key, strategy,
                                     attempts, max_backoff_s, workflow_deadline)
@@ -136,7 +148,7 @@ class Containers:
         if result.phase == "dry run":
             return self.record(dataclasses.replace(result, phase="Succeeded"))
         self.emit(node_name, f"{result.phase}" + (f" ({result.message})" if result.message else ""))
-        result.tries, result.retried = attempts, strategy is not None
+        result.tries, result.retried, result.queued_s = attempts, strategy is not None, queued_s
         graph = dags.retry_node(node_name, result.phase, [a.phase for a in attempts]) if strategy is not None else None
         return self.record(result, graph)
 
@@ -170,6 +182,9 @@ class Containers:
             started = time.time() + skipped_s
             try:
                 own_seconds = deadlines.seconds(own_deadline)
+                timeout = deadlines.timeout_seconds(template.get("timeout"))
+                if timeout is not None:  # the time left to it replaces activeDeadlineSeconds (workflowpod.go)
+                    own_seconds = timeout
                 with self.limits.pods.hold(key, workflow_deadline):
                     started = time.time() + skipped_s
                     kill = self.deadlines.kill(own_seconds, time.time(), self.on_exit)
@@ -203,8 +218,10 @@ class Containers:
                     time.sleep(local)
                 result.message = decision.message or message  # the Retry node's message (processNodeRetries)
                 break
-            self.emit(node_name, f"{phase} ({message}); retry {len(attempts)}/{strategy.limit}: Argo backs off "
-                                 f"{decision.wait_s:g}s, waiting {local:g}s locally")
+            elsewhere = (" on a node where no attempt failed (retryStrategy.affinity.nodeAntiAffinity; this machine "
+                         "is the only node here)") if strategy.other_node else ""
+            self.emit(node_name, f"{phase} ({message}); retry {len(attempts)}/{strategy.limit}{elsewhere}: Argo backs "
+                                 f"off {decision.wait_s:g}s, waiting {local:g}s locally")
             time.sleep(local)
         return result
 

@@ -20,10 +20,19 @@ Follows, in argoproj/argo-workflows (v3.6 to v4.1):
   `wfActiveDeadlineSeconds <= 0`); a failed node is not retried: "retry exceeded workflow deadline <time>"
   (`processNodeRetries`). Exit-handler pods are exempt (`opts.onExitPod`). A fulfilled node releases its
   semaphore (`handleNodeFulfilled`), which is how a Pending pod that holds the GPU lets the next one in.
-- `timeout` and `pendingTimeout` are refused by the runner: both count from the node's StartedAt, which for
-  a template with a semaphore is when it began to wait for the lock (executeTemplate initialises the node
-  Pending before TryAcquire), and whether the Retry node or its attempt is checked depends on the
-  controller's pass; `pendingTimeout` is v4.1+ only besides.
+- A template's `timeout` (a duration; validate.go refuses a whole number, "has invalid duration format in
+  timeout", and a non-leaf template) counts from the node's StartedAt. While the node is Pending past it
+  (no node for the pod, a full cluster), executeTemplate fails it with the message "timeout" (operator.go
+  `checkTemplateTimeout`, v4: `checkTemplateTimeouts`; ErrTimeout); once the pod is made, the time left to
+  it becomes the pod's activeDeadlineSeconds, replacing the template's own (workflowpod.go
+  `createWorkflowPod`: `time.Since(*templateDeadline).Seconds() < float64(*pod.Spec.ActiveDeadlineSeconds)`
+  holds whenever the deadline lies ahead), which the kubelet enforces as above. Unlike the Workflow's
+  deadline it binds exit-handler pods too. The runner emulates it on a template without a semaphore and
+  without a retryStrategy (the exit handlers' case): locally a pod is never Pending, so it is the pod's
+  deadline, counted from the pod's start. With a semaphore the node's StartedAt is when it began to wait
+  for the lock (executeTemplate initialises the node Pending before TryAcquire), and with retries whether
+  the Retry node or its attempt is checked depends on the controller's pass: refused.
+- `pendingTimeout` is refused: v4.1+ only, and it counts the semaphore wait too.
 
 Locally a pod starts at once (no scheduling, no image pull), so the template's deadline counts from the
 process start; backoff waits are not shortened in a workflow with a deadline, so both clocks agree.
@@ -39,8 +48,9 @@ from typing import Any
 KUBELET_MESSAGE = "Pod was active on the node longer than the specified deadline"
 WORKFLOW_MESSAGE = "Step exceeded its deadline"
 REFUSED = {
-    "timeout": "template 'timeout' counts from the node's start, semaphore wait included (operator.go "
-               "checkTemplateTimeouts), which the local runner does not emulate; use activeDeadlineSeconds",
+    "timeout": "template 'timeout' with a semaphore or a retryStrategy counts from the node's start, semaphore "
+               "wait and earlier attempts included (operator.go checkTemplateTimeouts), which the local runner "
+               "does not emulate; use activeDeadlineSeconds there",
     "pendingTimeout": "'pendingTimeout' is Argo v4.1+ only and counts the semaphore wait (checkTemplateTimeouts); "
                       "use the Workflow's activeDeadlineSeconds",
 }
@@ -62,6 +72,22 @@ def seconds(value: Any) -> int | None:
     if not re.fullmatch(r"[+-]?\d+", text):
         raise DeadlineError(f"value '{text}' cannot be resolved to an int")
     return int(text)
+
+
+def timeout_seconds(value: Any) -> float | None:
+    """A template's `timeout` in seconds (None when unset): a Go duration such as 10m or 90s
+    (time.ParseDuration in v3.6's checkTemplateTimeout; v4's wfv1.ParseStringToDuration reads the same)."""
+    if value is None or value == "":
+        return None
+    text = str(value).strip()
+    if isinstance(value, (int, float)) or re.fullmatch(r"[+-]?\d+", text):
+        raise DeadlineError(f"timeout '{text}' is a whole number (allowed: a duration such as 10m or 90s; "
+                            f"validate.go: 'has invalid duration format in timeout')")
+    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+    parts = re.findall(r"(\d+(?:\.\d+)?|\.\d+)(ns|us|µs|ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise DeadlineError(f"timeout '{text}' is not a duration (allowed: a duration such as 10m or 90s)")
+    return sum(float(n) * units[u] for n, u in parts)
 
 
 @dataclass(frozen=True)

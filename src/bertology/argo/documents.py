@@ -3,8 +3,9 @@
 The validator and the local runner both read the YAML through these helpers, so the runner runs exactly
 what the validator checked. They follow Argo where it resolves templates: a Workflow's spec joined with
 its `workflowTemplateRef` (workflow/util/merge.go `JoinWorkflowSpec`; arguments by name as util/util.go
-`MergeParameters`), and a task's `template` / `templateRef` (workflow/templateresolution/context.go
-`GetTemplateByName`, `GetTemplateFromRef`).
+`MergeParameters`; one parameter's fields as each Argo version joins them: `join_parameter`), and a task's
+`template` / `templateRef` (workflow/templateresolution/context.go `GetTemplateByName`,
+`GetTemplateFromRef`).
 """
 
 from __future__ import annotations
@@ -117,6 +118,36 @@ def effective_spec(source: Source, library: dict[str, Source]) -> tuple[dict, So
     params.update({p["name"]: p for p in (spec.get("arguments") or {}).get("parameters") or []})
     merged["arguments"] = {"parameters": list(params.values())}
     return merged, base
+
+
+# Argo 3.7.0 (upstream #14426, fixed by #14462) joins a parameter given in the Workflow (or with `argo submit
+# -p`) with the WorkflowTemplate's of that name by replacing it, and reads its `value` before its `valueFrom`.
+VALUE_WINS_FROM = (3, 7, 0)
+
+
+def has_value(param: dict | None) -> bool:
+    """pkg/apis/workflow/v1alpha1/workflow_types.go `Parameter.HasValue`: value, default or valueFrom."""
+    return param is not None and any(param.get(k) is not None for k in ("value", "default", "valueFrom"))
+
+
+def join_parameter(template: dict | None, workflow: dict | None, version: tuple[int, int, int]) -> dict | None:
+    """One workflow parameter after workflow/util/merge.go `JoinWorkflowSpec`: the WorkflowTemplate's
+    (`template`) joined with the Workflow's own of that name (`workflow`, where `argo submit -p` puts its
+    value: util.go `overrideParameters` replaces the Workflow's parameter with `{name, value}`).
+
+    Before v3.7.0 `MergeTo` is a strategic merge patch (the list merged by name, `patchMergeKey:"name"`):
+    the Workflow's fields win and the template's others stay, so a submitted `value` sits beside the
+    template's `valueFrom`. From v3.7.0 the joined parameter is replaced by the Workflow's own when it has a
+    value (`if parameter.HasValue() { if param, ok := wfParamsMap[parameter.Name]; ok { ... = *param.DeepCopy()`),
+    else by the template's."""
+    if template is None or workflow is None:
+        return workflow if template is None else template
+    merged = {**template, **workflow}
+    if version < VALUE_WINS_FROM:
+        return merged
+    if has_value(workflow):
+        return dict(workflow)
+    return dict(template) if has_value(template) else merged
 
 
 def resolve_task_template(

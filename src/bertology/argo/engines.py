@@ -21,7 +21,11 @@ of the container the template describes, which a kubelet would start:
   container reads them from the main container (workflow/executor/executor.go SaveParameters);
 - resources.limits.memory (and cpu) as the container's limits, with no swap; requests only schedule, and GPU
   limits are not passed on (the steps run on this machine's CPU, as with the local engine);
-- /dev/shm of 64 MiB (a pod's default); the host's network, so a store on loopback is reachable.
+- /dev/shm of 64 MiB (a pod's default); the host's network, so a store on loopback is reachable;
+- labels: io.bertology.workflow (the workflow file's name) and io.bertology.run (this run's own id). A killed
+  engine client leaves its container running, so the runner's reaper (reaper.py) is given `sweep()`: when the
+  runner dies without cleaning up (SIGKILL, an OOM kill), it removes every container with this run's label,
+  as a lost node's pods go; another run's containers, with another id, stay.
 
 An OOM kill: the container exits 137, and the node fails with Argo's message for it, "main: OOMKilled (exit
 code 137)" (workflow/controller/operator.go inferFailedReason: "%s (exit code %d)" of the main container's
@@ -50,6 +54,8 @@ LOCAL_ONLY = "local"
 OUTPUTS = "/tmp/outputs"  # where the templates write output parameters (containers.py rewrites it locally)
 SHM = "64m"  # a pod's /dev/shm when none is configured
 EVICTION_CHECK_S = 1.0
+WORKFLOW_LABEL = "io.bertology.workflow"  # the workflow file's name
+RUN_LABEL = "io.bertology.run"  # one run's own id: what the reaper removes when the runner dies
 _UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "m": 1e-3}
 _QUANTITY = re.compile(r"^([0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
@@ -76,6 +82,7 @@ class ContainerEngine:
         self.command = images.engine_command(self.engine)
         self.root = Path(project_root)
         self.workflow = workflow
+        self.run_id = uuid.uuid4().hex[:16]  # every container of this run carries it (label io.bertology.run)
         self.images: dict[str, str] = {}  # image key -> local NAME:TAG
         self.running: set[str] = set()  # containers started and not yet removed
         self._lock = threading.Lock()
@@ -167,8 +174,20 @@ class ContainerEngine:
 
     def remove(self, *names: str) -> None:
         """Kill (no grace: the runner has given it already) and remove these containers."""
-        now = ["--time", "0"] if self.engine == "podman" else []
-        subprocess.run([*self.command, "rm", "--force", *now, *names], check=False, capture_output=True)
+        subprocess.run([*self._removal(), *names], check=False, capture_output=True)
+
+    def _removal(self) -> list[str]:
+        return [*self.command, "rm", "--force", *(["--time", "0"] if self.engine == "podman" else [])]
+
+    @property
+    def label(self) -> str:
+        """This run's label, as `--filter label=…` takes it."""
+        return f"{RUN_LABEL}={self.run_id}"
+
+    def sweep(self) -> tuple[list[str], list[str]]:
+        """For the reaper: the command that prints the ids of every container of this run (running or not),
+        and the one that kills and removes the ids appended to it."""
+        return [*self.command, "ps", "--all", "--quiet", "--filter", f"label={self.label}"], self._removal()
 
     # -- one attempt
 
@@ -181,8 +200,8 @@ class ContainerEngine:
         sc = container.get("securityContext") or {}
         uid = sc.get("runAsUser", pod_sc.get("runAsUser"))
         gid = sc.get("runAsGroup", pod_sc.get("runAsGroup"))
-        command = [*self.command, "run", "--name", name, "--label", f"io.bertology.workflow={self.workflow}",
-                   "--network", "host", "--shm-size", SHM, *images.ulimits()]
+        command = [*self.command, "run", "--name", name, "--label", f"{WORKFLOW_LABEL}={self.workflow}",
+                   "--label", self.label, "--network", "host", "--shm-size", SHM, *images.ulimits()]
         if uid is not None:
             command += ["--user", f"{uid}:{gid}" if gid is not None else str(uid)]
         for group in [pod_sc.get("fsGroup"), *(pod_sc.get("supplementalGroups") or [])]:

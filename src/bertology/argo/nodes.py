@@ -29,6 +29,10 @@ class NodeResult:
     tries: list[Attempt] = field(default_factory=list)  # a container's attempts (its pods), in order
     retried: bool = False  # a container with a retryStrategy: a Retry node, its attempts its children
     finished: float | None = None  # when it was fulfilled (epoch seconds)
+    # a container's wait for its semaphores before its first pod (not part of any pod's deadline); a node
+    # that failed still waiting keeps the lock it waited for (NodeStatus.synchronizationStatus.waiting)
+    queued_s: float = 0.0
+    waiting_for: str = ""
 
 
 @dataclass
@@ -60,9 +64,10 @@ class RunResult:
 @dataclass(frozen=True)
 class RunEvent:
     """What a progress display needs, without parsing log lines: a container `started`, a fan-out
-    expanded into `count` children (`fanout`), or any node `finished` with its phase."""
+    expanded into `count` children (`fanout`), a container `waiting` for a semaphore that another run holds
+    (`message`: the semaphore), or any node `finished` with its phase."""
 
-    kind: str  # started | fanout | finished
+    kind: str  # started | fanout | waiting | finished
     node: str
     phase: str = ""
     count: int = 0

@@ -37,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from bertology import pod_security
+from bertology.argo import deadlines
 from bertology.argo.documents import (
     Source,
     effective_spec,
@@ -112,6 +113,8 @@ def pod(template: dict, wf_spec: dict, wf_name: str, executor: dict, boundary: d
     spec: dict = {"restartPolicy": "Never", "volumes": [VAR_RUN_ARGO, TMP_DIR_ARGO, *tmpl.get("volumes", [])]}
     if "activeDeadlineSeconds" in tmpl:
         spec["activeDeadlineSeconds"] = tmpl["activeDeadlineSeconds"]
+    if tmpl.get("timeout"):  # createWorkflowPod: the time left to the template's timeout replaces it (at most all)
+        spec["activeDeadlineSeconds"] = int(deadlines.timeout_seconds(tmpl["timeout"]) or 0)
     for key in ("imagePullSecrets", "hostNetwork", "dnsPolicy", "dnsConfig"):
         if key in wf_spec:
             spec[key] = copy.deepcopy(wf_spec[key])

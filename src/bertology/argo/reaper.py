@@ -6,11 +6,19 @@ but not the step's own children (a shell's `sleep`, a data loader's workers): on
 whole sandbox goes. The reaper is a small process in a session of its own that the runner tells, over a
 pipe, which groups are running (`+PGID` / `-PGID` lines). When the pipe closes (the runner exited or was
 killed: the kernel closes its end), the reaper SIGKILLs the groups still listed and exits. It costs one
-bare interpreter start (no imports beyond os, signal and sys).
+bare interpreter start (no imports beyond os, signal and sys; json, subprocess and time for containers).
+
+With a container engine, a pod's process is the engine's `run` client, and killing it leaves the container
+running (podman's conmon, docker's daemon keep it). So the reaper is also given the engine's commands to
+list and remove the run's containers (every one carries the run's own label, engines.py): unless the runner
+said goodbye (a `.` line: it removed its containers itself), the reaper removes every container with that
+label once the groups are killed, again until the list is empty (a container its dying client was still
+creating appears late). Another run's containers carry another label and are not touched.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +27,11 @@ import threading
 _CODE = """
 import os, signal, sys
 groups = set()
+ended = False
 for line in sys.stdin:
+    if line == ".\\n":
+        ended = True
+        continue
     sign, pgid = line[0], int(line[1:])
     (groups.add if sign == "+" else groups.discard)(pgid)
 for pgid in groups:
@@ -27,12 +39,27 @@ for pgid in groups:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
         pass
+if len(sys.argv) > 1 and not ended:
+    import json, subprocess, time
+    listing, removal = json.loads(sys.argv[1])
+    for _ in range(10):
+        try:
+            ids = subprocess.run(listing, capture_output=True, text=True, timeout=60).stdout.split()
+            if not ids:
+                break
+            subprocess.run([*removal, *ids], capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            pass
+        time.sleep(0.2)
 """
 
 
 class Reaper:
-    def __init__(self):
-        self._process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _CODE], stdin=subprocess.PIPE,
+    def __init__(self, containers: tuple[list[str], list[str]] | None = None):
+        """`containers`: the engine's command that prints the ids of this run's containers, and the one that
+        removes the ids appended to it; run when the runner dies without `close()`."""
+        extra = [json.dumps(containers)] if containers is not None else []
+        self._process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _CODE, *extra], stdin=subprocess.PIPE,
                                          text=True, start_new_session=True)
         self._lock = threading.Lock()
 
@@ -66,11 +93,12 @@ class Reaper:
         self._say(f"-{pgid}")
 
     def close(self) -> None:
-        """The run ended: every step has ended too, so the reaper exits without killing anything."""
+        """The run ended: every step has ended too, and the run's containers are removed (the engine's
+        close()), so the reaper exits without killing or removing anything."""
+        self._say(".")
         with self._lock:
             try:
                 self._process.stdin.close()  # type: ignore[union-attr]
             except OSError:
                 pass
         self._process.wait()
-

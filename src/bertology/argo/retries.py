@@ -17,6 +17,13 @@ Follows workflow/controller/operator.go `processNodeRetries` (v3.6 to v4.1), in 
 
 Exit codes: cmd/argoexec/commands/emissary.go `exitCodeFromErr` reports a process killed by any signal as
 137, as `exit_code` does with a local process's negative return code.
+
+`affinity: {nodeAntiAffinity: {}}`: each retry's pod gets a required node affinity `kubernetes.io/hostname
+NotIn` every node where a pod of the Retry node failed (workflow/controller/retry_tweak.go
+`RetryOnDifferentHost`, workflow/util/retry `GetFailHosts`, `AddHostnamesToAffinity`; v3.6 applies it for
+any `affinity`, v4 for `nodeAntiAffinity`). It changes where a retry runs, not whether: this machine is the
+only node, so locally the retry runs here again, as on a cluster with another node free, and the log says
+which node Argo would have avoided.
 """
 
 from __future__ import annotations
@@ -78,6 +85,7 @@ class RetryStrategy:
     factor: int | None
     max_duration_s: float | None
     cap_s: float | None
+    other_node: bool = False  # affinity.nodeAntiAffinity: each retry on a node where no attempt failed
 
     @classmethod
     def parse(cls, raw: dict | None) -> RetryStrategy | None:
@@ -105,6 +113,7 @@ class RetryStrategy:
             factor=factor,
             max_duration_s=seconds(backoff["maxDuration"]) if backoff and backoff.get("maxDuration") else None,
             cap_s=seconds(backoff["cap"]) if backoff and backoff.get("cap") else None,
+            other_node=raw.get("affinity") is not None,
         )
 
     def wait_before(self, attempts: int) -> float:

@@ -173,7 +173,8 @@ def unique(where: str, names: list, message: str) -> Iterator[Problem]:
 
 def template(where: str, template: dict) -> Iterator[Problem]:
     """One template's own rules: validateTemplateType, validateWorkflowFieldNames (its name, its input
-    and output parameters), validateLeaf (`parallelism`) and validateNonLeaf (`activeDeadlineSeconds`)."""
+    and output parameters), validateLeaf (`parallelism`), validateNonLeaf (`activeDeadlineSeconds`) and
+    the `timeout` checks of validateTemplate."""
     types = [t for t in TEMPLATE_TYPES if template.get(t) is not None]
     if len(types) != 1:
         yield (
@@ -194,6 +195,15 @@ def template(where: str, template: dict) -> Iterator[Problem]:
     elif types and template.get("activeDeadlineSeconds") is not None:
         # validate.go validateNonLeaf
         yield f"{where}.activeDeadlineSeconds", f"is only valid for leaf templates, not a {types[0]} template"
+    if template.get("timeout") not in (None, ""):
+        # validate.go validateTemplate: `if !newTmpl.IsLeaf() { "%s template doesn't support timeout field" }`,
+        # and `strconv.Atoi(newTmpl.Timeout)` succeeding: "%s has invalid duration format in timeout"
+        if types and types[0] in ("dag", "steps"):
+            yield f"{where}.timeout", f"a {types[0]} template doesn't support the timeout field (leaf templates only)"
+        elif re.fullmatch(r"[+-]?\d+", _any_string(template["timeout"]).strip()):
+            message = (f"{template['timeout']!r} has invalid duration format (a whole number; allowed: a duration "
+                       f"such as 10m or 90s)")
+            yield f"{where}.timeout", message
     for part in ("inputs", "outputs"):  # validate.go validateInputs / validateOutputs
         for param in (template.get(part) or {}).get("parameters") or []:
             yield from parameter_name(f"{where}.{part}.parameters", param.get("name"))

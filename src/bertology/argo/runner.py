@@ -17,6 +17,7 @@ which names the Argo source it follows:
 - dag.py           when a task starts or is omitted, and the DAG's phase (dag.go)
 - retries.py       retryStrategy: policy, expression, limit, backoff and maxDuration (processNodeRetries)
 - concurrency.py   spec.parallelism and synchronization.semaphores
+- semaphores.py    a semaphore shared by every run on this machine, in Argo's queue order (spec.priority)
 - expressions.py   the `depends` and retry-expression languages
 - deadlines.py     activeDeadlineSeconds of a template and of the Workflow
 - termination.py   a step's termination message in its node's message (inferFailedReason)
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import string
 import time
 import uuid
@@ -44,13 +46,22 @@ from pathlib import Path
 from typing import Any
 
 from bertology.argo import deadlines, exit_handler
+from bertology.argo import semaphores as shared_semaphores
 from bertology.argo.concurrency import Limits, semaphore_names
 from bertology.argo.containers import LOCAL_GRACE_S, MAX_LOCAL_BACKOFF_S, pod_name
 from bertology.argo.dag import FAILED
-from bertology.argo.documents import Source, effective_spec, load_documents, load_library
+from bertology.argo.documents import (
+    VALUE_WINS_FROM,
+    Source,
+    effective_spec,
+    join_parameter,
+    load_documents,
+    load_library,
+)
 from bertology.argo.execute import Run
 from bertology.argo.nodes import NodeResult, PodCall, RunEvent, RunResult
 from bertology.argo.reaper import Reaper
+from bertology.argo.schema import ARGO_NEWEST, ARGO_OLDEST
 from bertology.argo.support import ALLOWED, WHY, check_supported, reachable
 from bertology.argo.validate import validate_or_raise
 from bertology.argo.values import any_string
@@ -59,7 +70,7 @@ from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput
 # what callers import from here (the entry point), wherever it is defined
 __all__ = [
     "ALLOWED", "LOCAL_GRACE_S", "MAX_LOCAL_BACKOFF_S", "WHY", "NodeResult", "PodCall", "Prepared", "RunEvent",
-    "RunResult", "check_supported", "local_configmaps", "prepare", "reachable", "run_workflow",
+    "RunResult", "check_supported", "local_configmaps", "parse_argo_version", "prepare", "reachable", "run_workflow",
 ]
 
 
@@ -76,26 +87,59 @@ def local_configmaps(templates_dir: Path | None) -> dict[str, dict[str, str]]:
     return maps
 
 
+ARGO_VERSION = ARGO_NEWEST.removeprefix("v")  # whose parameter merge the runner follows unless told otherwise
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_argo_version(text: str | None) -> tuple[int, int, int]:
+    """`3.6.19`, `v3.7`, `4.1.2`: a supported Argo Workflows version (3.6.19 to 4.1.x); a bare minor
+    version means its newest release. BadInput names anything else."""
+    allowed = f"a version from {ARGO_OLDEST.removeprefix('v')} to {ARGO_NEWEST.removeprefix('v').rsplit('.', 1)[0]}.x"
+    match = _VERSION.fullmatch((text if text is not None else ARGO_VERSION).strip())
+    if not match:
+        raise BadInput(f"Argo version {text!r} is not a version such as 3.6.19 or 4.1 (allowed: {allowed})")
+    major, minor = int(match.group(1)), int(match.group(2))
+    patch = int(match.group(3)) if match.group(3) is not None else 1 << 16
+    oldest = tuple(int(n) for n in ARGO_OLDEST.removeprefix("v").split("."))
+    newest = tuple(int(n) for n in ARGO_NEWEST.removeprefix("v").split(".")[:2])
+    if (major, minor, patch) < oldest or (major, minor) > newest:
+        raise BadInput(f"Argo version {text!r} is not supported (allowed: {allowed})")
+    return major, minor, patch
+
+
 def _workflow_parameters(spec: dict, params: dict[str, str], label: str,
-                         configmaps: dict[str, dict[str, str]]) -> dict[str, str]:
-    """The workflow's parameter values (operator.go setGlobalParameters, v3.7+ precedence): a -p value,
-    else `value`, else `valueFrom.configMapKeyRef` (else its `default`). An unknown -p is refused: Argo
+                         configmaps: dict[str, dict[str, str]], source: Source | None = None,
+                         base: Source | None = None, version: tuple[int, int, int] | None = None) -> dict[str, str]:
+    """The workflow's parameter values as operator.go `setGlobalParameters` sets them, after the Workflow's
+    parameters (`source`, a -p value replacing its own: util.go `overrideParameters`) are joined with its
+    WorkflowTemplate's (`base`) by name as `version` joins them (documents.join_parameter). From v3.7.0:
+    `value`, else `valueFrom.configMapKeyRef` (else its `default`); before, a `valueFrom.configMapKeyRef`
+    comes first (`if param.ValueFrom != nil && param.ValueFrom.ConfigMapKeyRef != nil {` ... `} else if
+    param.Value != nil {`), so a WorkflowTemplate's ConfigMap wins over -p. An unknown -p is refused: Argo
     would add it and ignore it silently (workflow/util/util.go overrideParameters), hiding a typo."""
+    version = version or parse_argo_version(None)
     declared = {p["name"]: p for p in (spec.get("arguments") or {}).get("parameters") or []}
     for name in params:
         if name not in declared:
             raise BadInput(f"unknown parameter '{name}' for {label} (declared: {', '.join(declared) or 'none'}; "
                            f"Argo would accept it and ignore it)")
+    own = {p["name"]: p for p in ((source.spec if source else spec).get("arguments") or {}).get("parameters") or []}
+    inherited = {p["name"]: p for p in ((base.spec if base and base is not source else {}).get("arguments") or {})
+                 .get("parameters") or []}
     values = {}
     for name, param in declared.items():
-        value = params.get(name, param.get("value"))
-        if value is None and param.get("valueFrom"):
-            ref = param["valueFrom"].get("configMapKeyRef") or {}
+        workflow = {"name": name, "value": params[name]} if name in params else own.get(name)
+        joined = join_parameter(inherited.get(name), workflow, version) or param
+        ref = (joined.get("valueFrom") or {}).get("configMapKeyRef")
+        value = joined.get("value") if version >= VALUE_WINS_FROM or not ref else None
+        if value is None and ref:
             data = configmaps.get(str(ref.get("name")), {})
-            value = data.get(str(ref.get("key")), param["valueFrom"].get("default"))
+            value = data.get(str(ref.get("key")), joined["valueFrom"].get("default"))
             if value is None:
+                cure = (f"pass -p {name}=VALUE" if version >= VALUE_WINS_FROM else
+                        f"on Argo {'.'.join(map(str, version[:2]))} a -p value does not replace it")
                 raise BadInput(f"workflow parameter '{name}' comes from ConfigMap {ref.get('name')} key "
-                               f"{ref.get('key')}, which this machine does not have; pass -p {name}=VALUE")
+                               f"{ref.get('key')}, which this machine does not have; {cure}")
         if value is None:
             raise BadInput(f"workflow parameter '{name}' has no value; pass -p {name}=VALUE")
         value = any_string(value)
@@ -131,12 +175,31 @@ class Prepared:
     globals: dict[str, str]
     parallelism: int
     semaphores: dict[str, int]
+    priority: int = 0  # the Workflow's own spec.priority: its place in a semaphore's queue (semaphores.py)
+
+
+def _priority(source: Source, base: Source, given: int | None) -> int:
+    """The Workflow's spec.priority as Argo's semaphore queue reads it: the Workflow's own (a CronWorkflow's
+    workflowSpec), which `given` (`bertology run --priority`, as `argo submit --priority`) replaces. A
+    WorkflowTemplate's is refused: the queue never reads it (sync_manager.go reads `wf.Spec.Priority` of
+    `woc.wf`, not of the spec joined with the WorkflowTemplate), so it would be silently ignored."""
+    if base is not source and base.spec.get("priority") is not None:
+        raise BadInput(f"spec.priority of {base.label} ({base.path}) is not read by Argo: a semaphore's queue "
+                       f"takes the priority of the Workflow itself (workflow/sync/sync_manager.go: "
+                       f"wf.Spec.Priority); set it in {source.label}'s {source.spec_path} or pass --priority")
+    if given is not None:
+        return shared_semaphores.check_priority(given, "--priority")
+    own = source.spec.get("priority")
+    return 0 if own is None else shared_semaphores.check_priority(own, f"{source.label}: {source.spec_path}.priority")
 
 
 def prepare(path: str | Path, *, params: dict[str, str], templates_dir: str | Path | None,
-            parallelism: int | None = None, semaphores: dict[str, int] | None = None) -> Prepared:
-    """Validate, check the local feature subset and bind the parameters. Raises BadInput."""
+            parallelism: int | None = None, semaphores: dict[str, int] | None = None,
+            argo_version: str | None = None, priority: int | None = None) -> Prepared:
+    """Validate, check the local feature subset and bind the parameters as Argo `argo_version` (default: the
+    newest supported) binds them. Raises BadInput."""
     path = Path(path)
+    version = parse_argo_version(argo_version)
     validate_or_raise(path, templates_dir)
     runnable = [Source(path, d) for d in load_documents(path) if d.get("kind") in ("Workflow", "CronWorkflow")]
     if len(runnable) != 1:
@@ -146,7 +209,7 @@ def prepare(path: str | Path, *, params: dict[str, str], templates_dir: str | Pa
     spec, templates = effective_spec(source, library)
     check_supported(source, spec, templates, library)
     configmaps = local_configmaps(Path(templates_dir) if templates_dir else None)
-    values = _workflow_parameters(spec, params, source.label, configmaps)
+    values = _workflow_parameters(spec, params, source.label, configmaps, source, templates, version)
     if parallelism is not None and parallelism < 1:
         raise BadInput(f"parallelism must be at least 1, got {parallelism}")
     caps = [c for c in (parallelism, spec.get("parallelism")) if c]
@@ -163,7 +226,8 @@ def prepare(path: str | Path, *, params: dict[str, str], templates_dir: str | Pa
     globals_ = {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local",
                 "workflow.status": "Running",
                 **{f"workflow.parameters.{k}": v for k, v in values.items()}}
-    return Prepared(source, spec, templates, library, values, name, globals_, min(caps) if caps else 1 << 30, limits)
+    return Prepared(source, spec, templates, library, values, name, globals_, min(caps) if caps else 1 << 30, limits,
+                    _priority(source, templates, priority))
 
 
 def run_workflow(
@@ -181,6 +245,9 @@ def run_workflow(
     dry_run: bool = False,
     events: Callable[[RunEvent], None] | None = None,
     engine: Any = None,
+    argo_version: str | None = None,
+    priority: int | None = None,
+    semaphore_dir: str | Path | None = None,
 ) -> RunResult:
     """Validate, check the local feature subset, then run the file's Workflow (or a CronWorkflow's
     workflowSpec, once). Raises BadInput before anything runs; a failed step is a result, not an error.
@@ -191,26 +258,40 @@ def run_workflow(
     DAG reads (plan) run; every other container is recorded in `RunResult.pods` with the argv Argo would
     give it, and counted as succeeded. `events` receives a RunEvent as containers start and nodes finish.
 
+    Semaphores are this machine's: every run shares their slots through `semaphore_dir` (default
+    $BERTOLOGY_SEMAPHORE_DIR, else a directory of this user's under the temporary directory), queued by the
+    Workflow's spec.priority (`priority` replaces it) and then its age (semaphores.py); a dry run keeps
+    them to itself.
+
     An exception in the calling thread (KeyboardInterrupt, or what a SIGTERM handler raises) stops every
     running step, then the fork server, and propagates."""
+    created = time.time()  # the Workflow's creationTimestamp: its age in a semaphore's queue
     prepared = prepare(path, params=params, templates_dir=templates_dir, parallelism=parallelism,
-                       semaphores=semaphores)
+                       semaphores=semaphores, argo_version=argo_version, priority=priority)
+    machine = None
+    if prepared.semaphores and not dry_run:
+        machine = shared_semaphores.Queue(shared_semaphores.open_directory(semaphore_dir), shared_semaphores.Owner
+                                          .this_process(prepared.globals["workflow.uid"], prepared.name,
+                                                        prepared.priority, created))
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     run = Run(prepared.name, prepared.globals, prepared.library, workdir, Path(project_root),
-               Limits(prepared.parallelism, prepared.semaphores), log, max_backoff_s)
+               Limits(prepared.parallelism, prepared.semaphores, machine), log, max_backoff_s)
     run.dry_run = dry_run
     run.events = events
     run.deadlines = deadlines.Deadlines.of(prepared.spec, time.time())
     run.engine = engine
     sems = ", ".join(f"{k}={v}" for k, v in sorted(prepared.semaphores.items()))
+    shared = f", shared with every run on this machine through {machine.directory}" if machine is not None else ""
+    queue = f", priority {prepared.priority}" if machine is not None and prepared.priority else ""
     run.emit(prepared.name, f"running {path} locally (at most {prepared.parallelism} containers at once"
-                            + (f"; semaphores {sems}" if sems else "") + f"; node directories under {workdir})")
+                            + (f"; semaphores {sems}{shared}{queue}" if sems else "")
+                            + f"; node directories under {workdir})")
     if fork_server:
         from bertology.argo import zygote
 
         run.zygote = zygote.for_run(Path(project_root))  # BadInput for a shared server that is not there
-    run.reaper = Reaper()
+    run.reaper = Reaper(engine.sweep() if engine is not None else None)  # containers too, by their run label
     try:
         entry = prepared.templates.template(prepared.spec["entrypoint"])
         root = run.template(entry, prepared.templates, "", prepared.values, ())
@@ -231,10 +312,14 @@ def run_workflow(
         if engine is not None:
             engine.close()  # the containers of attempts a stop cut short
         run.reaper.close()
+        if machine is not None:
+            machine.leave()  # a stopped run's waiting nodes leave the queue
     phase, message = exit_handler.outcome(root.phase, root.message, exit_node)
     code = 0
     if phase != "Succeeded":
-        codes = {n.exit_code for n in run.nodes.values() if n.phase in FAILED and n.exit_code is not None}
+        # the steps' own codes: an exit handler that failed because they did (verdict) says nothing new
+        failed = [n for n in run.nodes.values() if n.phase in FAILED and n.exit_code is not None]
+        codes = {n.exit_code for n in failed if n.name != exit_handler.EXIT_NODE} or {n.exit_code for n in failed}
         code = EXIT_BAD_INPUT if EXIT_BAD_INPUT in codes else EXIT_TRANSIENT if codes == {EXIT_TRANSIENT} else 1
     result = RunResult(prepared.name, phase, message, code, dict(run.nodes), list(run.pods))
     (workdir / "status.json").write_text(json.dumps(asdict(result), indent=2) + "\n")

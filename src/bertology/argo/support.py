@@ -6,9 +6,11 @@
 key outside ALLOWED, before anything runs. WHY gives the reason where Argo's own code makes a key mean what
 the runner cannot emulate: an output parameter's `default` (workflow/executor/executor.go `SaveParameters`
 reads only `valueFrom.default`), a backoff's `maxDuration` (workflow/controller/workflowpod.go
-`getDeadline`), template-level `failFast` (operator.go `checkParallelism`), a template's `timeout` and
-`pendingTimeout` (deadlines.py). A retryStrategy without `limit` is refused because operator.go
-`processNodeRetries` then retries without end.
+`getDeadline`), template-level `failFast` (operator.go `checkParallelism`), `pendingTimeout`, and a
+template's `timeout` where it would count a semaphore wait or earlier attempts (deadlines.py). A
+retryStrategy without `limit` is refused because operator.go `processNodeRetries` then retries without end.
+A retryStrategy's `affinity` (`{nodeAntiAffinity: {}}`, the schema's only form) changes nothing on one
+machine (retries.py).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ _SCHEDULING = (
 ALLOWED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "workflow spec": (
         ("entrypoint", "arguments", "templates", "workflowTemplateRef", "parallelism", "activeDeadlineSeconds",
-         "onExit"),
+         "onExit", "priority"),
         _SCHEDULING
         + (
             "podGC",
@@ -56,7 +58,8 @@ ALLOWED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "workflow parameter valueFrom": (("configMapKeyRef", "default"), ()),
     "workflowTemplateRef": (("name",), ()),
     "template": (
-        ("name", "inputs", "outputs", "container", "dag", "retryStrategy", "synchronization", "activeDeadlineSeconds"),
+        ("name", "inputs", "outputs", "container", "dag", "retryStrategy", "synchronization", "activeDeadlineSeconds",
+         "timeout"),
         _SCHEDULING,
     ),
     "synchronization": (("semaphores", "semaphore"), ()),
@@ -81,7 +84,8 @@ ALLOWED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "task arguments": (("parameters",), ()),
     "task argument": (("name", "value"), ()),
     "templateRef": (("name", "template"), ()),
-    "retryStrategy": (("limit", "retryPolicy", "expression", "backoff"), ()),
+    "retryStrategy": (("limit", "retryPolicy", "expression", "backoff", "affinity"), ()),
+    "retry affinity": (("nodeAntiAffinity",), ()),
     "backoff": (("duration", "factor", "cap"), ()),
 }
 # Why a key is refused, where a reason helps more than the list of supported keys.
@@ -91,7 +95,6 @@ WHY = {
     ("output parameter", "default"): "Argo ignores it on outputs (only valueFrom.default is read: "
                                      "workflow/executor/executor.go SaveParameters); use valueFrom.default",
     ("dag", "target"): "dag.target is not emulated",
-    ("template", "timeout"): deadlines.REFUSED["timeout"],
     ("template", "pendingTimeout"): deadlines.REFUSED["pendingTimeout"],
     ("backoff", "maxDuration"): "its deadline reaches the pod as the executor's ARGO_DEADLINE (workflowpod.go "
                                 "getDeadline), whose node message the local runner does not emulate",
@@ -187,6 +190,8 @@ def _template(template: dict, where: str) -> None:
             _keys(var.get("valueFrom"), "env valueFrom", f"of env '{var.get('name')}' of template {where}")
     if template.get("retryStrategy") is not None:
         _retry(template["retryStrategy"], where)
+    if template.get("timeout") is not None:
+        _timeout(template, where)
     if template.get("dag") is not None:
         _keys(template["dag"], "dag", f"of template {where}")
         for task in template["dag"].get("tasks") or []:
@@ -198,9 +203,21 @@ def _template(template: dict, where: str) -> None:
             _each((task.get("arguments") or {}).get("parameters"), "task argument", f"of task {at}")
 
 
+def _timeout(template: dict, where: str) -> None:
+    if template.get("synchronization") is not None or template.get("retryStrategy") is not None:
+        raise BadInput(f"unsupported Argo feature 'timeout' in template {where} ({deadlines.REFUSED['timeout']})")
+    if TAG.search(str(template["timeout"])):
+        raise BadInput(f"template {where}: 'timeout' uses {{{{…}}}} values, which are not emulated")
+    try:
+        deadlines.timeout_seconds(template["timeout"])
+    except deadlines.DeadlineError as e:
+        raise BadInput(f"template {where}: {e}") from e
+
+
 def _retry(strategy: dict, where: str) -> None:
     _keys(strategy, "retryStrategy", f"of template {where}")
     _keys(strategy.get("backoff"), "backoff", f"of template {where}")
+    _keys(strategy.get("affinity"), "retry affinity", f"of template {where}")
     if strategy.get("limit") is None:
         raise BadInput(
             f"retryStrategy of template {where} has no 'limit' (Argo retries without end; refused locally)"

@@ -32,7 +32,7 @@ from bertology.cli.run import cmd_run
 from bertology.cli.run_inputs import PARALLELISM_ENV, SEMAPHORES_ENV
 from bertology.cli.stopping import Stopped
 from bertology.cli.validate import cmd_validate
-from bertology.errors import EXIT_BAD_INPUT, BadInput, BertologyError
+from bertology.errors import EXIT_BAD_INPUT, BadInput, BertologyError, did_you_mean
 from bertology.process_exit import exit_process
 from bertology.store import DEFAULT_ROOT
 
@@ -43,11 +43,18 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # bad flags are bad input: one line, exit 2
         raise BadInput(f"{self.prog}: {message}")
 
+    def _check_value(self, action, value):  # argparse's own message, with the closest choice first
+        if action.choices is not None and value not in action.choices:
+            match = did_you_mean(value, action.choices)
+            hint = f"did you mean {match!r}?; " if match is not None else ""
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} ({hint}choose from "
+                                                 f"{', '.join(map(repr, action.choices))})")
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="bertology", description=__doc__.split("\n")[0])
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)  # none given: `main` says what to do
     r = sub.add_parser("run", help="run a study workflow on this machine")
     r.add_argument("workflow", help="workflows/<study>.yaml")
     r.add_argument("-p", action="append", default=[], metavar="NAME=VALUE", help="workflow parameter")
@@ -64,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--semaphore", action="append", default=[], metavar="CONFIGMAP/KEY=N",
                    help=f"the limit of a synchronization semaphore (default: ${SEMAPHORES_ENV}, a comma-separated "
                         "list of these, else the ConfigMap in the templates directory, else 1)")
+    r.add_argument("--priority", default=None, metavar="N",
+                   help="the Workflow's spec.priority, as argo submit --priority: its place in the queue of every "
+                        "semaphore this machine's runs share (the higher first, then the older run)")
     r.add_argument("--max-backoff", type=float, default=2.0, metavar="SECONDS",
                    help="wait at most this long between attempts (Argo's backoff is computed and logged)")
     r.add_argument("--dry-run", action="store_true",
@@ -76,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--engine", choices=("local", "podman", "docker"), default="local",
                    help="local: each step a process here (default); podman | docker: each pod in its image, as "
                         "its template says (images from `make images`; the store must be s3://)")
+    r.add_argument("--argo-version", default=None, metavar="VERSION",
+                   help="bind the workflow's parameters as this Argo Workflows version does, 3.6.19 to 4.1.x "
+                        "(default: the newest; before 3.7 a WorkflowTemplate parameter's ConfigMap wins over -p)")
     r.add_argument("--no-fork-server", action="store_true",
                    help="start every step as a fresh interpreter instead of forking a warm one")
     r.set_defaults(fn=cmd_run)
@@ -86,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("checkpoint", help="build an intervened checkpoint into a directory")
     c.add_argument("base", help="hub id, local HF directory, or store URI of a checkpoint")
     c.add_argument("--apply", action="append", default=[], metavar="NAME[:key=value,...]",
-                   help="an intervention; repeat to chain (applied in order)")
+                   help="an intervention, its parameters' values JSON (e.g. "
+                        "'reinit:scope=heads,heads=[\"0:3\",\"11:7\"]'; `bertology interventions` lists them); "
+                        "repeat to chain (applied in order)")
     c.add_argument("--seed", type=int, default=0, help="intervention seed (default 0)")
     c.add_argument("--out", required=True, help="output directory (must be new or empty)")
     c.set_defaults(fn=cmd_checkpoint)
@@ -105,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--best-of-runs", action="store_true",
                      help="add the best run of each group (the monolingual report's best epoch of the best run)")
     rep.set_defaults(fn=cmd_report)
+    p.commands = tuple(sub.choices)  # what a bare `bertology` lists
     return p
 
 
@@ -120,7 +136,11 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Every command: 0 done, 1 failed, 2 bad input, 75 transient, 130 / 143 stopped; errors are one line."""
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            raise BadInput(f"no command given (commands: {', '.join(parser.commands)}; `bertology --help` says "
+                           f"what each does, `bertology COMMAND --help` its flags)")
         return args.fn(args)
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr)

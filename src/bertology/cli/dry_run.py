@@ -14,39 +14,48 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bertology.cli.locations import find_project_root, with_hint
-from bertology.errors import BadInput
+from bertology.cli.locations import with_hint
+from bertology.cli.outcome import exit_code, step_errors
+from bertology.errors import EXIT_BAD_INPUT, BadInput
 
 
 def dry_run(workflow: Path, params: dict, templates: Path, args: argparse.Namespace,
-            semaphores: dict[str, int]) -> int:
+            semaphores: dict[str, int], project_root: Path) -> int:
     """Run only the steps whose outputs the DAG needs (plan: it validates everything and writes the plan),
     and print what the study costs on a GPU (`cost_line`), then the argv the first pods of every task would
     get, substituted as Argo substitutes it."""
     from bertology.argo.runner import run_workflow
 
-    project_root = find_project_root(workflow, Path(args.templates) if args.templates else None)
     workdir = Path(tempfile.mkdtemp(prefix=f"bertology-dry-run-{workflow.stem}-"))
     lines: list[str] = []
     try:
         result = run_workflow(workflow, params=params, templates_dir=templates, workdir=workdir,
                               project_root=project_root,
                               parallelism=1, semaphores=semaphores, fork_server=False, log=lines.append,
-                              dry_run=True)
+                              dry_run=True, argo_version=getattr(args, "argo_version", None))
+        errors = step_errors(result, workdir)  # read before the folder goes
     except BadInput as e:
         raise with_hint(e, templates) from None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    if result.exit_code != 0:
-        for line in lines[-20:]:
+    code = exit_code(result)
+    if code == EXIT_BAD_INPUT and errors:  # plan refused the input: its one line says it all
+        for line in errors:
             print(line, file=sys.stderr)
-        print(f"dry run of {workflow}: {result.phase} before any pod started (see above)", file=sys.stderr)
-        return result.exit_code
+        return code
+    if code != 0:
+        for line in [*lines[-20:], *errors]:
+            print(line, file=sys.stderr)
+        print(f"dry run of {workflow}: Failed before any pod started (see above)", file=sys.stderr)
+        return code
     groups: dict[str, list] = {}
     for pod in result.pods:
         groups.setdefault(re.sub(r"\(\d+:[^()]*\)", "(…)", pod.node), []).append(pod)
+    ran = [n.name for n in result.nodes.values() if n.outputs]  # the steps whose outputs the DAG reads
+    real = (" (plan ran for real: it wrote the plan)" if ran == ["plan"] else
+            f" ({', '.join(ran)} ran for real, for the outputs the DAG reads)" if ran else "")
     print(f"dry run of {workflow}: {len(result.pods)} pods; the argv of the first {args.show} of each task, "
-          f"as Argo substitutes it (plan ran for real: it wrote the plan)")
+          f"as Argo substitutes it{real}")
     line = cost_line(result)
     if line:
         print(line)

@@ -1,46 +1,33 @@
-"""`bertology run`: a study workflow on this machine (each step a process here, or each pod in its image),
-then the outcome: the workflow's status, each failed step's cause, the study's main table and its report."""
+"""`bertology run`: a study workflow, or any Argo Workflow the runner supports, on this machine (each step a
+process here, or each pod in its image), then the outcome: the workflow's status, each failed step's cause,
+and for a study its main table and its report."""
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import sys
 from pathlib import Path
 
 from bertology import leftovers
+from bertology.cli import preflight
 from bertology.cli.dry_run import dry_run
 from bertology.cli.locations import find_project_root, store_uri, with_hint
+from bertology.cli.outcome import refused
+from bertology.cli.outcome import step_errors as _step_errors
 from bertology.cli.run_inputs import local_limits, parameter_file
 from bertology.cli.stopping import Stopped, stop_run
 from bertology.errors import BadInput
 from bertology.store import open_store
 
 
-def _step_errors(result, workdir: Path) -> list[str]:
-    """Each failed step's cause, so it ends the output: the last `error: …` line the step printed; for a
-    step that failed otherwise (a transient error after every retry, a kill, a deadline) the runner's
-    message, the attempts, and the step's last `transient error …` line (else its last line)."""
-    lines = []
-    for node in result.nodes.values():
-        log = workdir / node.name / "log.txt"
-        if node.phase not in ("Failed", "Error") or not log.exists():
-            continue
-        printed = [x for x in log.read_text(errors="replace").splitlines() if x.strip() and not x.startswith("--- ")]
-        errors = [x for x in printed if x.startswith("error: ")]
-        if errors:
-            lines.append(f"{node.name}: {errors[-1]}")
-            continue
-        cause = ([x for x in printed if x.startswith("transient error")] or printed or [""])[-1]
-        cause = cause.replace("transient error (will be retried)", "transient error")  # it was, in vain
-        tries = f" ({node.attempts} attempts)" if node.attempts > 1 else ""
-        last = node.tries[-1].message if node.tries and node.tries[-1].message != node.message else ""
-        what = "; ".join(filter(None, [last, node.message])) or node.phase
-        lines.append(f"{node.name}: " + ": ".join(filter(None, [what + tries, cause])))
-    return lines
-
-
 def cmd_run(args: argparse.Namespace) -> int:
+    """Every check that needs no step first, each one line, before anything is made (a run folder, a store
+    directory, a step): the flags, the file (a Workflow or CronWorkflow), the -p names it declares, the store
+    (for a workflow that declares a `store` parameter, as a study does: `bertology run` passes it the
+    store; a plain Argo workflow gets none), and a study's parameters as plan will check them first
+    (preflight). Then the run; a run that only refused its input leaves no folder either."""
     from bertology.argo.runner import run_workflow
     from bertology.console import NORMAL, QUIET, VERBOSE, Console
     from bertology.study import parse_pairs
@@ -55,18 +42,42 @@ def cmd_run(args: argparse.Namespace) -> int:
         from bertology.tracking import check
 
         check(params["tracker"].strip())
-    if "store" in params and not params["store"].strip():
-        raise BadInput(f"-p store='{params['store']}' is empty (expected a store URI)")
-    store = open_store(params.get("store") or store_uri(args.store))
-    store.check_writable()
-    params["store"] = store.uri
+    if args.argo_version is not None:
+        from bertology.argo.runner import parse_argo_version
+
+        parse_argo_version(args.argo_version)  # one line naming a bad version before anything runs
     templates = Path(args.templates) if args.templates else workflow.resolve().parent / "templates"
     if args.templates and not templates.is_dir():
         raise BadInput(f"--templates '{args.templates}' is not a directory")
     parallelism, semaphores = local_limits(args)
+    if args.priority is not None:  # one line before anything runs
+        from bertology.argo.semaphores import check_priority
+
+        args.priority = check_priority(args.priority, "--priority")
+    shape = preflight.read(workflow, templates)  # a Workflow to run, before any folder or store is made
+    preflight.check_parameters(shape, params)
+    takes_store = shape.declared is None or "store" in shape.declared  # None: as the runner will find it
+    store = None
+    if takes_store or args.engine != "local":  # the engines' pods reach the store the steps name
+        if "store" in params and not params["store"].strip():
+            raise BadInput(f"-p store='{params['store']}' is empty (expected a store URI)")
+        store = open_store(params.get("store") or store_uri(args.store))
+        store.check_writable()
+        if takes_store:
+            params["store"] = store.uri
+    elif args.store is not None:
+        raise BadInput(f"--store '{args.store}': {shape.label} declares no 'store' parameter, so it uses no "
+                       f"store (a bertology study does; leave --store out)")
+    try:
+        project_root = find_project_root(workflow, Path(args.templates) if args.templates else None)
+    except BadInput:
+        if shape.declared is None or preflight.runs_jobs(shape):
+            raise
+        project_root = Path.cwd()  # a plain Argo workflow, none of whose steps is ours: it runs here
+    if args.engine == "local":  # a study's typo in about a second; the engines' steps see other paths
+        preflight.check_study(shape, params, project_root)
     if args.dry_run:
-        return dry_run(workflow, params, templates, args, semaphores)
-    project_root = find_project_root(workflow, Path(args.templates) if args.templates else None)
+        return dry_run(workflow, params, templates, args, semaphores, project_root)
     engine = None
     if args.engine != "local":  # every pod in its image (bertology.argo.engines); checked before anything runs
         from bertology.argo.engines import for_workflow
@@ -74,7 +85,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         engine = for_workflow(args.engine, workflow, params, templates, project_root, store.uri)
     leftovers.sweep()  # what killed runs left in $TMPDIR; the newest work directories are kept
     workdir = leftovers.make("run", workflow.stem)
-    print(f"bertology run {workflow} (store {store.uri}, step logs in {workdir})", flush=True)
+    where = f"store {store.uri}, " if takes_store else ""
+    print(f"bertology run {workflow} ({where}step logs in {workdir})", flush=True)
     console = Console(VERBOSE if args.verbose else QUIET if args.quiet else NORMAL)
     previous = {sig: signal.signal(sig, stop_run) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -82,8 +94,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                               project_root=project_root, parallelism=parallelism,
                               semaphores=semaphores, fork_server=not args.no_fork_server and engine is None,
                               max_backoff_s=args.max_backoff, log=console.log, events=console.event,
-                              engine=engine)
-    except BadInput as e:
+                              engine=engine, argo_version=args.argo_version, priority=args.priority)
+    except BadInput as e:  # refused before any step ran: no folder stays behind
+        shutil.rmtree(workdir, ignore_errors=True)
         raise with_hint(e, templates) from None
     except Stopped as e:  # every step and the fork server are stopped by now (run_workflow's cleanup)
         console.close()
@@ -98,10 +111,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     status = "Succeeded" if result.exit_code == 0 else "Failed"
     # status.message, as `argo list` shows it (a DAG's failure has none; an exit handler's has its line)
     print(f"workflow {workflow.name}: {status}" + (f": {result.message}" if result.message else ""), flush=True)
-    for line in _step_errors(result, workdir):
+    errors = _step_errors(result, workdir)
+    if refused(result):  # the input was refused and nothing else ran: the error line is the whole story
+        shutil.rmtree(workdir, ignore_errors=True)
+    for line in errors:
         print(line, file=sys.stderr)
-    report = _report_location(result, store)
-    if result.exit_code == 0:
+    report = _report_location(result, store) if takes_store else None
+    if result.exit_code == 0 and takes_store:
         print(f"results (Parquet, hive-partitioned by study): {store.url('results/')}")
         if report is None:
             print(f"study tables and reports: {store.url('studies/')}")

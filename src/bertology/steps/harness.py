@@ -1,6 +1,6 @@
 """The shared entry point of every job: arguments, logging, and the exit-code contract.
 
-Exit codes (DESIGN §4): 0 done (or cached), 2 bad input (never retried), 75 transient (retried by
+Exit codes: 0 done (or cached), 2 bad input (never retried), 75 transient (retried by
 Argo's retryStrategy; SIGTERM from a preempted or evicted pod, a full disk (ENOSPC, EDQUOT) and a damaged
 artifact the step could not rebuild also map here). A step may fail with its
 own documented code by raising a BertologyError subclass (regress: 1 = the results drifted).
@@ -44,7 +44,28 @@ def parser(step: str) -> argparse.ArgumentParser:
     p.add_argument("--outputs", default="/tmp/outputs", help="directory for Argo output parameters")
     p.add_argument("--baseline-store", default=None, metavar="URI",
                    help="(plan) a second store to fix for later steps, handed on as output baseline_store")
+    p.add_argument("--platform-store", default=None, metavar="URI",
+                   help="(plan) the store when --store is empty: the platform's (the ConfigMap's)")
+    p.add_argument("--scratch", default=None, metavar="PATH",
+                   help="(plan) run the study in <store>/PATH; <store> becomes the baseline store")
     return p
+
+
+def store_root(args: argparse.Namespace) -> str | None:
+    """The step's store URI: --store, else (plan, when --store is empty) --platform-store; with --scratch
+    (plan) the study's own store <store>/PATH, the store itself then being the baseline store.
+
+    A Workflow's `store` parameter is a plain value, empty unless the user sets it, and `platform_store` the
+    ConfigMap's: on Argo before 3.7 a WorkflowTemplate parameter's valueFrom wins over the value given with
+    `argo submit -p` (operator.go setGlobalParameters), so a ConfigMap-backed `store` could not be overridden."""
+    uri = args.store
+    if uri is not None and not uri.strip() and (args.platform_store or "").strip():
+        uri = args.platform_store.strip()
+    scratch = (args.scratch or "").strip().strip("/")
+    if scratch and uri is not None and uri.strip():
+        args.baseline_store = uri.strip()
+        uri = f"{uri.strip().rstrip('/')}/{scratch}"
+    return uri
 
 
 class _ArgParser(argparse.ArgumentParser):
@@ -86,7 +107,7 @@ def main(step: str, run: Callable[[Store, argparse.Namespace], None], argv: list
         args = p.parse_args(argv)
         if args.spec is not None:
             args.spec = parse_json_arg(args.spec, "--spec")
-        store = open_store(args.store)
+        store = open_store(store_root(args))
         store.check_writable()  # every step writes: a file or a read-only directory is refused up front
         chaos.point("start")
         tiny_pretrain.use_store(store)  # tiny:bert is the store's pre-trained tiny BERT, for this step only
