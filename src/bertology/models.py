@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bertology.errors import BadInput, Transient
+from bertology.errors import BadInput, Transient, choices, did_you_mean
 
 if TYPE_CHECKING:  # torch and transformers are imported where a model is loaded (docs/development.md)
     import torch
@@ -88,13 +88,15 @@ def parse_model_ref(text: str) -> ModelRef:
         return ModelRef("dir", rest)
     if scheme == "package":
         if rest not in PACKAGED_MODELS:
-            raise BadInput(f"packaged model {rest!r} is unknown; allowed: {', '.join(PACKAGED_MODELS)}")
+            raise BadInput(f"packaged model {rest!r} is unknown; {choices(rest, PACKAGED_MODELS, 'allowed')}")
         return ModelRef("package", rest)
     if scheme == "tiny":
         if rest not in TINY_MODELS:
-            raise BadInput(f"tiny model {rest!r} is unknown; allowed: {', '.join(TINY_MODELS)}")
+            raise BadInput(f"tiny model {rest!r} is unknown; {choices(rest, TINY_MODELS, 'allowed')}")
         return ModelRef("tiny", rest)
-    raise BadInput(f"model reference {text!r} has an unknown scheme {scheme + ':'!r}; allowed: {_REF_FORMS}")
+    match = did_you_mean(scheme, ("hf", "dir", "package", "tiny"))
+    hint = f"did you mean {match + ':'!r}?; " if match is not None else ""
+    raise BadInput(f"model reference {text!r} has an unknown scheme {scheme + ':'!r}; {hint}allowed: {_REF_FORMS}")
 
 
 def _parse_hub_id(hub_text: str, text: str) -> ModelRef:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertology.errors import BadInput
+from bertology.errors import BadInput, choices
 
 ENGLISH_LIKE = re.compile(r"(##)?[A-Za-z]+")
 WINDOW = 10  # word-pieces per context (the report)
@@ -67,7 +67,7 @@ class VocabOverlap:
 def vocab_overlap(vocab: Iterable[str], reference: Iterable[str], case: str = "exact") -> VocabOverlap:
     """Table 2 for one model: its size, its English-like pieces, and how many of those the reference has."""
     if case not in CASES:
-        raise BadInput(f"case {case!r} is unknown; allowed: {', '.join(CASES)}")
+        raise BadInput(f"case {case!r} is unknown; {choices(case, CASES, 'allowed')}")
     pieces = set(vocab)
     english = english_like_pieces(pieces)
     if case == "fold":

@@ -1,4 +1,4 @@
-"""match-moments: re-draw weight matrices, scaled to pre-trained norm or variance (match, std, tensors).
+"""match-moments: re-draw weight matrices, scaled to pre-trained norm or variance.
 
 The monolingual-pretraining report §5.1: "for each pre-trained weight matrix, we note its magnitude (or
 variance), randomly re-initialize its values, and scale it to match pre-trained magnitude (or variance)".
@@ -32,6 +32,13 @@ from bertology.sampling import trunc_normal_
 RANDOM = True  # draws from the chain's generator: a new seed gives a new checkpoint
 DEFAULTS: dict = {"match": None, "std": 0.02, "tensors": ["*"]}
 MATCHES = ("norm", "variance")
+# each parameter's (type, allowed values), as `bertology interventions` lists them
+ALLOWED: dict[str, tuple[str, str]] = {
+    "match": ("str", "required: " + " | ".join(MATCHES)),
+    "std": ("float", "a finite number > 0 (the draw's std before scaling)"),
+    "tensors": ("list[str]", ('parameter-name globs, each matching a weight matrix (2 or more dimensions); ["*"]: '
+                             "every weight matrix")),
+}
 
 
 def check(params: dict, config: PretrainedConfig) -> None:

@@ -1,4 +1,4 @@
-"""permute-within: shuffle the elements inside each parameter tensor, independently (param: tensors).
+"""permute-within: shuffle the elements inside each parameter tensor, independently.
 
 The monolingual-pretraining report's "oracle" initialisation (§5.2): "for each weight matrix, we shuffle
 its elements", which gives every matrix exactly its pre-trained value distribution (same multiset of
@@ -30,6 +30,11 @@ from bertology.sampling import child_seeds, permutation
 
 RANDOM = True  # draws from the chain's generator: a new seed gives a new checkpoint
 DEFAULTS: dict = {"tensors": ["*"]}
+# each parameter's (type, allowed values), as `bertology interventions` lists them
+ALLOWED: dict[str, tuple[str, str]] = {
+    "tensors": ("list[str]", ('parameter-name globs, each matching a tensor, e.g. ["*.attention.self.*.weight"]; '
+                             '["*"]: every parameter tensor')),
+}
 
 
 def check(params: dict, config: PretrainedConfig) -> None:

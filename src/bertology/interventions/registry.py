@@ -1,21 +1,26 @@
 """The registry of interventions, and how a chain of them is validated and applied.
 
-Each intervention is a module with a fixed shape (a docstring whose first line names its parameters,
-DEFAULTS listing every parameter with None for a required one, `check(params, config)` and
-`apply(model, tokenizer, params, generator)`, RANDOM saying whether it draws from the generator, plus
-`config_after(params, config)` where it changes the config, e.g. the depth); the registry makes an entry
-of each. RANDOM is what lets a study give each training seed its own draw of a random intervention (the
-monolingual report ran each experiment "with no fixed random seed") while a deterministic chain stays one
-checkpoint for all seeds. Validation needs only
-the config, so a study is refused before any weights load; application snapshots the model first and
-compares afterwards, so the manifest says exactly which tensors changed.
+Each intervention is a module with a fixed shape (a docstring whose first line says what it does, DEFAULTS
+listing every parameter with None for a required one, ALLOWED giving each of them its type and allowed
+values in words, as `bertology interventions` shows them (`check` enforces them), `check(params, config)`
+and `apply(model, tokenizer, params, generator)`, RANDOM saying whether it draws from the generator, plus
+`config_after(params, config)` where it changes the config, e.g. the depth, and `facts(model, tokenizer,
+params)` where the manifest should record what the comparison cannot see, e.g. which embedding rows a
+shuffle kept); the registry makes an entry of each. RANDOM is what lets a study give each training seed
+its own draw of a random intervention (the monolingual report ran each experiment "with no fixed random
+seed") while a deterministic chain stays one checkpoint for all seeds. Validation needs only the config,
+so a study is refused before any weights load; application snapshots the model first and compares
+afterwards, so the manifest says exactly which tensors changed. The names, parameters and the checks that
+need no config are also in bertology.interventions.catalog, without torch: the registry is built in its
+order, holds each module to its entry, and checks a step by it before the module's own `check`.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 
 import torch
@@ -23,16 +28,7 @@ from torch import nn
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from bertology.errors import BadInput, BertologyError
-from bertology.interventions import (
-    manifest,
-    match_moments,
-    permute_within,
-    reinit,
-    remove_layers,
-    reverse_layers,
-    shuffle_embeddings,
-    swap_embeddings,
-)
+from bertology.interventions import catalog, manifest
 
 Tokenizer = PreTrainedTokenizerBase
 Apply = Callable[[nn.Module, Tokenizer, dict, torch.Generator], tuple[nn.Module, Tokenizer]]
@@ -40,7 +36,8 @@ Apply = Callable[[nn.Module, Tokenizer, dict, torch.Generator], tuple[nn.Module,
 
 @dataclass(frozen=True, eq=False)
 class Intervention:
-    """One registry entry: its name, a one-line doc, the allowed params with their defaults, and its code."""
+    """One registry entry: its name, a one-line doc, the allowed params with their defaults, each one's
+    (type, allowed values), and its code."""
 
     name: str
     doc: str
@@ -49,23 +46,25 @@ class Intervention:
     transform: Apply
     random: bool
     config_after: Callable[[dict, PretrainedConfig], PretrainedConfig] | None = None
+    facts: Callable[[nn.Module, Tokenizer, dict], dict] | None = None
+    allowed: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @classmethod
     def from_module(cls, name: str, module: ModuleType) -> Intervention:
         doc = (module.__doc__ or "").strip().splitlines()[0]
         defaults = copy.deepcopy(module.DEFAULTS)
+        if set(module.ALLOWED) != set(defaults):
+            raise AssertionError(f"{name}: ALLOWED must describe exactly the parameters of DEFAULTS")
+        entry = catalog.CATALOG[name]
+        if defaults != entry.defaults or module.RANDOM != entry.random:
+            raise AssertionError(f"{name}: DEFAULTS and RANDOM must be those of its entry in interventions.catalog")
         return cls(name, doc, defaults, module.check, module.apply, module.RANDOM,
-                   getattr(module, "config_after", None))
+                   getattr(module, "config_after", None), getattr(module, "facts", None), dict(module.ALLOWED))
 
     def validate(self, params: dict, config: PretrainedConfig) -> dict:
-        """The params with defaults filled in; BadInput for unknown names or bad values."""
-        if not isinstance(params, dict):
-            raise BadInput(f"{self.name} params {params!r} must be a mapping of parameter names to values")
-        unknown = sorted(set(params) - set(self.defaults))
-        if unknown:
-            allowed = ", ".join(sorted(self.defaults)) or "none"
-            raise BadInput(f"{self.name} has no parameter {unknown[0]!r}; allowed: {allowed}")
-        resolved = {**copy.deepcopy(self.defaults), **params}
+        """The params with defaults filled in; BadInput for unknown names or bad values (first those that
+        need no config: interventions.catalog)."""
+        resolved = catalog.check_params(self.name, params)
         self.check(resolved, config)
         return resolved
 
@@ -76,16 +75,8 @@ class Intervention:
 
 
 REGISTRY: dict[str, Intervention] = {
-    entry.name: entry
-    for entry in (
-        Intervention.from_module("reverse-layers", reverse_layers),
-        Intervention.from_module("remove-layers", remove_layers),
-        Intervention.from_module("reinit", reinit),
-        Intervention.from_module("shuffle-embeddings", shuffle_embeddings),
-        Intervention.from_module("swap-embeddings", swap_embeddings),
-        Intervention.from_module("permute-within", permute_within),
-        Intervention.from_module("match-moments", match_moments),
-    )
+    name: Intervention.from_module(name, importlib.import_module(f"bertology.interventions.{entry.module}"))
+    for name, entry in catalog.CATALOG.items()
 }
 
 
@@ -103,11 +94,7 @@ def validate_chain(chain: list[dict], config: PretrainedConfig) -> list[dict]:
                        f"{config.model_type!r}, which runs only unmodified (an empty chain)")
     resolved = []
     for item in chain:
-        if not isinstance(item, dict) or "name" not in item or set(item) - {"name", "params"}:
-            raise BadInput(f"intervention {item!r} must be a mapping with 'name' and optional 'params'")
-        entry = REGISTRY.get(item["name"])
-        if entry is None:
-            raise BadInput(f"intervention {item['name']!r} is unknown; allowed: {', '.join(REGISTRY)}")
+        entry = REGISTRY[catalog.check_step(item)[0]]
         params = entry.validate(item.get("params") or {}, config)
         resolved.append({"name": entry.name, "params": params})
         if entry.config_after is not None:
@@ -117,7 +104,7 @@ def validate_chain(chain: list[dict], config: PretrainedConfig) -> list[dict]:
 
 def is_random(names: Iterable[str]) -> bool:
     """Whether a chain of these interventions draws random numbers (so its seed changes its bytes)."""
-    return any(REGISTRY[name].random for name in names if name in REGISTRY)
+    return catalog.is_random(names)
 
 
 def chain_config(chain: list[dict], config: PretrainedConfig) -> PretrainedConfig:
@@ -135,14 +122,20 @@ def apply_chain(
 ) -> tuple[nn.Module, PreTrainedTokenizerBase, dict]:
     """Apply the chain in order; one generator seeded with `seed` drives all of its randomness.
 
-    Returns the model, the tokenizer and the manifest (its chain is the validated chain, defaults filled).
+    Returns the model, the tokenizer and the manifest (its chain is the validated chain, defaults filled;
+    each step's facts, where its intervention has them, as the model and tokenizer are when it starts).
     """
     resolved = validate_chain(chain, model.config)
     before, count_before = manifest.snapshot(model), manifest.parameter_count(model)
     generator = torch.Generator().manual_seed(seed)
-    for item in resolved:
-        model, tokenizer = REGISTRY[item["name"]].transform(model, tokenizer, item["params"], generator)
-    record = manifest.build_manifest(resolved, seed, before, count_before, model)
+    facts = []
+    for step, item in enumerate(resolved):
+        entry = REGISTRY[item["name"]]
+        if entry.facts is not None:
+            facts.append({"step": step, "intervention": entry.name,
+                          **entry.facts(model, tokenizer, item["params"])})
+        model, tokenizer = entry.transform(model, tokenizer, item["params"], generator)
+    record = manifest.build_manifest(resolved, seed, before, count_before, model, facts)
     if resolved and not any(t["changed"] for t in record["tensors"]):
         names = " + ".join(f"{i['name']} {i['params']}" if i["params"] else i["name"] for i in resolved)
         raise NoChange(f"intervention {names} (seed {seed}) changed 0 of {len(record['tensors'])} tensors: "

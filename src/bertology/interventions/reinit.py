@@ -1,4 +1,4 @@
-"""reinit: re-draw as BERT's init (params: scope, std, layers, layer_norms, biases, heads, output_columns).
+"""reinit: re-draw as BERT's init.
 
 Every re-drawn weight comes from a normal with mean 0 and std `std` (0.02, BERT's initializer_range)
 truncated at ±2 std; biases become 0 (unless `biases: false`), LayerNorm weights 1 and biases 0. As in
@@ -54,6 +54,17 @@ DEFAULTS: dict = {
     "output_columns": False,
 }
 SCOPES = ("all", "word-embeddings", "layers", "heads", "pooler")
+# each parameter's (type, allowed values), as `bertology interventions` lists them
+ALLOWED: dict[str, tuple[str, str]] = {
+    "scope": ("str", " | ".join(SCOPES)),
+    "std": ("float", "a finite number > 0 (BERT's initializer_range is 0.02)"),
+    "layers": ("list[int] | str", 'with scope layers, required: a list of 0-based layer indices or "from:K"'),
+    "layer_norms": ("bool", "true | false; with scope layers: also reset the layers' LayerNorms"),
+    "biases": ("bool", "true | false; with scope layers: false re-draws the weight matrices only"),
+    "heads": ("list[str]", 'with scope heads, required: "layer:head" strings, 0-based, e.g. ["0:3", "11:7"]'),
+    "output_columns": ("bool", ("true | false; with scope heads: also re-draw the heads' columns of the attention "
+                               "output projection")),
+}
 # The parameters that belong to one scope, with the value they must keep under any other scope.
 _SCOPE_PARAMS = {"layers": ("layers", "layer_norms", "biases"), "heads": ("heads", "output_columns")}
 

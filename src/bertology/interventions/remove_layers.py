@@ -1,4 +1,4 @@
-"""remove-layers: drop encoder layers, keeping the rest in order with their weights (param: layers).
+"""remove-layers: drop encoder layers, keeping the rest in order with their weights.
 
 The monolingual-pretraining report's alternative to distillation: "BERT with its last 6 layers removed"
 (`last:6`) and "every second of its layers removed" (`every:2`, which keeps layers 0, 2, 4, …). `layers` is
@@ -21,6 +21,11 @@ from bertology.interventions import parts, selection
 
 RANDOM = False  # draws no random numbers: every seed gives the same checkpoint
 DEFAULTS: dict = {"layers": None}
+# each parameter's (type, allowed values), as `bertology interventions` lists them
+ALLOWED: dict[str, tuple[str, str]] = {
+    "layers": ("str | list[int]", ('required: "last:K" (drop the last K), "every:N" (keep layers 0, N, 2N, ...) or '
+                                  "a list of the 0-based layers to drop; at least one layer must remain")),
+}
 _FORMS = ("last", "every", "list")
 
 

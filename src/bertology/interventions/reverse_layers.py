@@ -13,10 +13,12 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from bertology.interventions.parts import encoder_layers, renumber
 
-__all__ = ["DEFAULTS", "RANDOM", "apply", "check", "encoder_layers", "reverse_encoder_layers"]
+__all__ = ["ALLOWED", "DEFAULTS", "RANDOM", "apply", "check", "encoder_layers", "reverse_encoder_layers"]
 
 RANDOM = False  # draws no random numbers: every seed gives the same checkpoint
 DEFAULTS: dict = {}
+# each parameter's (type, allowed values), as `bertology interventions` lists them
+ALLOWED: dict[str, tuple[str, str]] = {}
 
 
 def check(params: dict, config: PretrainedConfig) -> None:

@@ -1,4 +1,4 @@
-"""swap-embeddings: replace the tokenizer and word embeddings with a donor model's (param: donor).
+"""swap-embeddings: replace the tokenizer and word embeddings with a donor model's.
 
 The monolingual-pretraining report's "english" variant: a non-English BERT gets English word-piece
 embeddings and tokenizer, so its encoder reads English through another model's vocabulary. `donor` is a
@@ -27,6 +27,11 @@ from bertology.interventions import parts
 
 RANDOM = False  # draws no random numbers: every seed gives the same checkpoint
 DEFAULTS: dict = {"donor": None}
+# each parameter's (type, allowed values), as `bertology interventions` lists them
+ALLOWED: dict[str, tuple[str, str]] = {
+    "donor": ("str", ("required: a model reference (hub id, dir:PATH or ./path, package:..., tiny:bert; not a store "
+                     "URI) of the model's hidden size")),
+}
 
 
 def check(params: dict, config: PretrainedConfig) -> None:

@@ -1,4 +1,4 @@
-"""Results: the Parquet tables every step writes and notebooks read (DESIGN §7)."""
+"""Results: the Parquet tables every step writes and notebooks read."""
 
 from bertology.results.tables import SCHEMA_VERSION, TABLES, publish, results_key, scan
 

@@ -1,8 +1,8 @@
 """The report vs this run: the reports' own numbers (paper_numbers.csv) beside ours, and their orderings.
 
 `paper_numbers.csv` (package data, next to this module) is the transcription of every number of every
-results table of the four reports in ../shared/papers, one row per printed cell, made by parsing the
-reports' text (tests/test_paper_numbers.py checks it against that text):
+results table of the four reports (the README lists them by title), one row per printed cell, made by
+parsing the reports' text (tests/test_paper_numbers.py checks it against that text where a copy is at hand):
 - report, table (as the report names it: "Table 1", "Figure 2" where a figure is a table of numbers,
   "§5.6 MRPC table" for the college report's uncaptioned table), row and column (the keys as printed; a
   two-level header as "EN/shuff"), printed (the cell's text), source (section, table and text line), note

@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 from scipy import special
 
-from bertology.errors import BadInput
+from bertology.errors import BadInput, choices
 from bertology.tasks.registry import LOWER_IS_BETTER
 
 # Columns a group is made of besides `by`; they cannot be grouping columns themselves.
@@ -208,8 +208,9 @@ def _groups(runs: pl.LazyFrame, by: Sequence[str], *aggs: pl.Expr,
     columns = runs.collect_schema().names()
     for name in by:
         if name in OWN or name not in columns:
-            allowed = ", ".join(c for c in columns if c not in OWN)
-            raise BadInput(f"by column {name!r} is not a label column of the runs table (allowed: {allowed})")
+            allowed = [c for c in columns if c not in OWN]
+            raise BadInput(f"by column {name!r} is not a label column of the runs table "
+                           f"({choices(name, allowed, 'allowed')})")
     missing = [c for c in (*OWN, *needs) if c not in columns]
     if missing:
         raise BadInput(f"runs has no column {missing[0]!r} (columns: {', '.join(columns)})")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from bertology.errors import BadInput
+from bertology.errors import BadInput, unknown
 from bertology.results import receipts
 from bertology.spec import Cell
 from bertology.store import Store, open_store, parquet_bytes
@@ -129,7 +129,7 @@ def scan(store_uri: str, table: str, study: str | None = None) -> pl.LazyFrame:
     >>> scan("s3://bucket/store", "runs", study="reversed-layers").collect()
     """
     if table not in TABLES:
-        raise BadInput(f"unknown results table '{table}' (known: {', '.join(TABLES)})")
+        raise unknown("results table", table, TABLES)
     store = open_store(store_uri)  # a bad URI: one line naming it and the schemes allowed
     # Polars would fail later, at collect(), with a bare "no files" error: name what is missing now.
     files = [k for k in store.list(f"results/{table}") if k.endswith(".parquet")]

@@ -22,6 +22,7 @@ from bertology.steps.common import fusable, model_config, run_key
 from bertology.steps.harness import write_outputs
 from bertology.store import Store, open_store
 from bertology.study import StudySpec, parse_pairs
+from bertology.study.checks import check_names
 from bertology.variants import Variant
 
 log = logging.getLogger("bertology")
@@ -39,8 +40,11 @@ def validate(spec: StudySpec, changes: list[str] | None = None) -> StudySpec:
     `reinit {scope: all}` are one checkpoint with one id. Under a stand-in preset (tiny, demo) a variant
     the smaller stand-in model cannot take (layer 11 of a 4-layer model: TooSmall) is dropped and listed
     in `changes`, unless it fits no BERT at all (layer 99); with the paper preset it is an error like any
-    other. Local data files are read here in full, and max_length is checked against each model.
+    other. Local data files are read here in full, and max_length is checked against each model. First what
+    needs neither a model nor torch (names: bertology.study.checks.check_names), which `bertology run` has
+    also checked before it started anything.
     """
+    check_names(spec)
     for task in (*spec.tasks, *spec.intermediates):
         tasks.check_data(tasks.get_task(task), spec.source)
     variants, dropped = [], []
@@ -222,6 +226,7 @@ def run(store: Store, args) -> None:
     if not args.study:
         raise BadInput("plan needs --study NAME")
     spec, changes = StudySpec.from_params(args.study, parse_pairs(args.param, "--param"))
+    timing.check(spec.deadlines)  # before anything is written (the tiny model below)
     spec = validate(spec, changes)
     for change in changes:
         log.info("preset %s: %s", spec.preset, change)

@@ -4,6 +4,7 @@ parameters and store), over bertology.results.regression, which compares and pro
 from __future__ import annotations
 
 from bertology.errors import BadInput
+from bertology.errors import unknown as unknown_name
 from bertology.results.regression import NAME, parse_tolerances, regress
 from bertology.steps.harness import require_study
 from bertology.store import Store, open_store
@@ -16,7 +17,7 @@ def options(pairs: list[str]) -> dict[str, str]:
     params = parse_pairs(pairs, "--param")
     unknown = sorted(set(params) - set(PARAMS))
     if unknown:
-        raise BadInput(f"unknown regress parameter '{unknown[0]}' (known: {', '.join(PARAMS)})")
+        raise unknown_name("regress parameter", unknown[0], PARAMS)
     promote_text = params.get("promote", "").strip().lower() or "false"
     if promote_text not in ("true", "false"):
         raise BadInput(f"parameter 'promote' must be true or false, got {params['promote']!r}")

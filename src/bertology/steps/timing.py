@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bertology.errors import BadInput
+from bertology.errors import BadInput, choices
 from bertology.spec import Cell, RunSpec
 from bertology.tasks.synthetic import SIZES as SYNTHETIC_SIZES
 
@@ -71,7 +71,8 @@ def check(deadlines: dict) -> dict[str, int]:
                        f'{{"finetune": 86400}}, got {deadlines!r}')
     for step, value in deadlines.items():
         if step not in STEPS:
-            raise BadInput(f"parameter 'deadlines': '{step}' is not a step with a deadline (allowed: {', '.join(STEPS)})")
+            raise BadInput(f"parameter 'deadlines': '{step}' is not a step with a deadline "
+                           f"({choices(step, STEPS, 'allowed')})")
         if isinstance(value, bool) or not isinstance(value, int) or value < 60:
             raise BadInput(f"parameter 'deadlines': {step} = {value!r} must be an integer number of seconds >= 60")
     return dict(deadlines)

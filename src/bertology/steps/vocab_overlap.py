@@ -40,7 +40,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bertology import vocab
-from bertology.errors import BadInput
+from bertology.errors import BadInput, choices
+from bertology.errors import unknown as unknown_name
 from bertology.results.tables import SCHEMA_VERSION, TABLES, publish_rows
 from bertology.spec import as_int, check_keys, content_id, require_key
 from bertology.steps import planned
@@ -84,7 +85,7 @@ class VocabSpec:
                 raise BadInput(f"vocab spec '{name}' must be a non-empty string, got {value!r}")
         case = d.get("case", "exact")
         if case not in vocab.CASES:
-            raise BadInput(f"vocab spec case {case!r} is unknown; allowed: {', '.join(vocab.CASES)}")
+            raise BadInput(f"vocab spec case {case!r} is unknown; {choices(case, vocab.CASES, 'allowed')}")
         stride = as_int(d.get("stride", vocab.WINDOW), "stride", 1)
         if stride > vocab.WINDOW:
             raise BadInput(f"stride must be <= {vocab.WINDOW} (the window), got {stride}")
@@ -273,11 +274,11 @@ def plan_study(store: Store, name: str, raw: dict[str, str]) -> dict:
 
     unknown = sorted(set(raw) - set(STUDY_PARAMS))
     if unknown:
-        raise BadInput(f"unknown vocab-overlap parameter '{unknown[0]}' (known: {', '.join(STUDY_PARAMS)})")
+        raise unknown_name("vocab-overlap parameter", unknown[0], STUDY_PARAMS)
     values = {k: raw.get(k, "").strip() or default for k, default in STUDY_PARAMS.items()}
     preset = values["preset"]
     if preset not in PRESETS:
-        raise BadInput(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
+        raise unknown_name("preset", preset, PRESETS)
     models = typed_param("models", values["models"])  # a JSON list of strings, as every study's `models`
     if not models or not all(models):
         raise BadInput(f"parameter 'models' must be a non-empty JSON list of model references, got {values['models']!r}")

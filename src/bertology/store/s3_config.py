@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 
-from bertology.errors import BadInput
+from bertology.errors import BadInput, choices
 
 log = logging.getLogger("bertology")
 
@@ -43,7 +43,7 @@ def s3_config():
     mode = os.environ.get("BERTOLOGY_S3_RETRY_MODE", "standard")
     attempts = env_int("AWS_MAX_ATTEMPTS", 5)  # botocore's own variable, as a fallback
     if mode not in ("standard", "adaptive"):
-        raise BadInput(f"BERTOLOGY_S3_RETRY_MODE={mode!r} (allowed: standard, adaptive)")
+        raise BadInput(f"BERTOLOGY_S3_RETRY_MODE={mode!r} ({choices(mode, ('standard', 'adaptive'), 'allowed')})")
     return Config(connect_timeout=env_float("BERTOLOGY_S3_CONNECT_TIMEOUT", 10.0),
                   read_timeout=env_float("BERTOLOGY_S3_READ_TIMEOUT", 30.0),
                   retries={"max_attempts": env_int("BERTOLOGY_S3_MAX_ATTEMPTS", attempts), "mode": mode})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
-from bertology.errors import BadInput
+from bertology.errors import BadInput, did_you_mean
 from bertology.store.base import Store
 from bertology.store.local import LocalStore
 from bertology.store.s3 import S3Store
@@ -31,6 +31,8 @@ def open_store(uri: str | None) -> Store:
             raise BadInput(f"store URI '{uri}' has no path (expected file:///ABSOLUTE/PATH or file://RELATIVE/PATH)")
         return LocalStore(Path(path))
     if parsed.scheme and len(parsed.scheme) > 1:  # one letter would be a Windows drive
+        match = did_you_mean(parsed.scheme, ("file", "s3"))
+        hint = f"did you mean '{match}://'?; " if match is not None else ""
         raise BadInput(f"unsupported store URI scheme '{parsed.scheme}' in '{uri}' "
-                       "(allowed: file://PATH, a local path, s3://BUCKET[/PREFIX])")
+                       f"({hint}allowed: file://PATH, a local path, s3://BUCKET[/PREFIX])")
     return LocalStore(Path(uri))

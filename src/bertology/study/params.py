@@ -45,6 +45,9 @@ PARAMS: dict[str, tuple[str, str]] = {
     "task_settings": ("task-settings", "{}"),
     # sequential fine-tuning: each task is also fine-tuned after each of these (and directly)
     "intermediates": ("json-list", "[]"),
+    # the final task's head after an intermediate task: "carried" (the intermediate run's, as run_glue loads
+    # a saved classifier of the final task's shape) or "new" (drawn afresh)
+    "final_head": ("str", "carried"),
     # which evaluation point's weights are each run's result: "best" (on the first eval split) or "last"
     "selection": ("str", "best"),
     # evaluation and monitoring (the cross-lingual report: every 50 steps, against a native model)
@@ -75,6 +78,69 @@ PARAMS: dict[str, tuple[str, str]] = {
     "keep_weights": ("bool", "false"),
     # seconds a step's pod may run, by step, over plan's estimate (bertology.steps.timing); {}: the estimate
     "deadlines": ("json-object", "{}"),
+}
+# Each study parameter's meaning, one wording for every workflow: a workflow's `description:` of a parameter is
+# this text, or this text, "; " and the study's own sentence (e.g. why it has two seeds). Besides PARAMS, the
+# table has `study` (every workflow's name for its results) and the vocab-overlap workflow's own parameters
+# (corpus, max_lines, case, stride). tests/test_docs.py holds every workflows/*.yaml to it; the docs' study
+# pages show the descriptions.
+DESCRIPTIONS: dict[str, str] = {
+    "study": "the study's name: its plan and report in the store (studies/NAME/), its rows of the results "
+             "tables (study=NAME)",
+    "preset": "paper (the report's models and data, from the hub) | demo (offline: the pre-trained MiniLM, "
+              "synthetic data) | tiny (offline: a 4-layer BERT pre-trained in seconds, synthetic data)",
+    "models": "the pre-trained models, a JSON list of hub ids, local directories (dir:PATH) or store URIs",
+    "variants": "what is compared: a JSON list of variants, each a name and the interventions applied to every "
+                "model, in order (`bertology interventions` lists them), optionally with a grid, its own model, "
+                "regime or number of runs",
+    "tasks": "the tasks, a JSON list: cola, mnli, mrpc, qnli, qqp, rte, sst2, stsb, wnli (GLUE), squad2, mlm-nl",
+    "source": "where the data come from: hub | glue-dir:PATH (a GLUE download) | files:SPLIT=PATH,... | synthetic "
+              "(offline)",
+    "seeds": "the training seeds, a JSON list of integers: one run of every cell per seed",
+    "lr": "the peak learning rate (AdamW, linear decay to 0)",
+    "batch_size": "training examples per step",
+    "epochs": "passes over the training data",
+    "max_length": "tokens per example; longer inputs are truncated",
+    "warmup_ratio": "the fraction of the training steps over which the learning rate rises linearly from 0",
+    "weight_decay": "AdamW's weight decay (none on biases and LayerNorm weights)",
+    "fraction": "training fraction (seeded, stratified, nested); empty = all",
+    "count": "absolute number of training examples (stratified); empty = all",
+    "sizes": 'training sizes, a JSON list of fractions in (0, 1] (1: all) and {"count": N}: every cell runs at each',
+    "subset_seed": "the seed of the training subset drawn by fraction, count or sizes",
+    "regime": "what trains: full (everything) | freeze (the train_layers) | gradual-unfreeze (unfreeze_per_epoch "
+              "more layers each epoch) | probe (only the classifier) | none (evaluated untrained)",
+    "train_layers": "with regime freeze, the encoder layers that train: from:K, last:K or a JSON list of "
+                    "0-based indices",
+    "unfreeze_per_epoch": "with regime gradual-unfreeze, the top layers added to training each epoch",
+    "intervention_seed": "run (each training seed draws its own random intervention) or an integer >= 0 (one "
+                         "fixed draw for every seed)",
+    "task_settings": "per-task overrides (JSON task -> settings)",
+    "intermediates": "intermediate tasks, a JSON list: each final task is also fine-tuned after each of these",
+    "final_head": "the final task's classifier: carried (the intermediate run's, as run_glue loads it) | new "
+                  "(drawn afresh)",
+    "selection": "each run's result: its best epoch on dev (best) or its last epoch (last)",
+    "eval_every": "training steps between evaluations besides each epoch's end (and one before the first "
+                  "step); 0: each epoch's end only",
+    "reference": "the reference model (a hub id or local directory)",
+    "eval_count": "cap on each evaluation split's examples; empty: whole splits",
+    "doc_stride": "SQuAD: tokens shared by consecutive windows of a long context; empty: a third of max_length",
+    "checkpoint_every": "training steps between resume states; 0: none",
+    "compile": "true: torch.compile the model",
+    "cuda_graph": "on a GPU, replay each training step as CUDA graphs (false: eager steps)",
+    "bundle": "runs per GPU pod (fine-tune, evaluate, analyze in turn); empty: the fewest that keep the "
+              "Workflow inside Argo's limits",
+    "gpu_concurrency": "runs of a pod fine-tuned at once, each its own process sharing the GPU",
+    "fuse": "runs of a pod trained as one model, up to K at once (1: each run alone)",
+    "log_every": "training steps per point of the training-loss curve; 0: none",
+    "tracker": "experiment tracking of each fine-tune: wandb | mlflow | tensorboard; empty: none",
+    "keep_weights": "true: keep every run's fine-tuned weights in the store (~440 MB a run at BERT-base size)",
+    "deadlines": "seconds a step's pod may run, by step (a JSON object); {}: plan's estimate",
+    # the vocab-overlap workflow's own
+    "corpus": "the text the English-like contexts are counted in, for a model without its own corpus: a text "
+              "file (one text per line), an XNLI-style .tsv, hub:DATASET/CONFIG, synthetic, or empty: no contexts",
+    "max_lines": "read at most this many lines of each corpus; empty: all",
+    "case": "how word-pieces are compared with the reference's: exact | fold (lower-cased)",
+    "stride": "word-pieces between the starts of consecutive 10-piece contexts, 1 to 10; empty: 10 (no overlap)",
 }
 NOT_EXPLICIT = ("preset",)  # the one parameter a preset never replaces: the preset itself
 # A study Workflow writes its own defaults as `default:VALUE`. Argo hands plan only the final values, so

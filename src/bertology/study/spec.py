@@ -13,7 +13,8 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from bertology.errors import BadInput
+from bertology.errors import BadInput, unknown
+from bertology.interventions.catalog import is_random
 from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Regime, RunSpec, content_id
 from bertology.study.checks import check_task_settings, check_values
 from bertology.study.params import (
@@ -53,6 +54,8 @@ class StudySpec:
     subset_seed: int
     intervention_seed: int | None  # None: follow each run's training seed (for a chain that draws)
     intermediates: tuple[str, ...] = ()
+    # a sequential run's task head (RunSpec.final_head); not part of the id of a study without intermediates
+    final_head: str = "carried"
     eval_count: int | None = None
     doc_stride: int | None = None
     task_settings: dict = dataclasses.field(default_factory=dict)  # task -> {setting: value}
@@ -74,9 +77,9 @@ class StudySpec:
     def from_params(cls, name: str, raw: dict[str, str]) -> tuple[StudySpec, list[str]]:
         """Type the raw parameters, apply the preset; returns the spec and what the preset changed."""
         check_study_name(name)
-        unknown = sorted(set(raw) - set(PARAMS))
-        if unknown:
-            raise BadInput(f"unknown study parameter '{unknown[0]}' (known: {', '.join(PARAMS)})")
+        strange = sorted(set(raw) - set(PARAMS))
+        if strange:
+            raise unknown("study parameter", strange[0], PARAMS)
         marked = {k: unmark(v) for k, v in raw.items()}
         raw = {k: value for k, (value, _) in marked.items()}
         # set by hand: a value without the default mark (an empty one means the default)
@@ -84,7 +87,7 @@ class StudySpec:
         values = {k: typed_param(k, raw.get(k, "").strip() or default) for k, (_, default) in PARAMS.items()}
         preset = values["preset"]
         if preset not in PRESETS:
-            raise BadInput(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
+            raise unknown("preset", preset, PRESETS)
         check_values(values, raw)  # every value as given, before a preset replaces any
         task_settings = check_task_settings(values["task_settings"], [*values["tasks"], *values["intermediates"]])
         not_applied = _identity_swaps(values["models"], parse_variants(values["variants"], raw.get("variants", "")))
@@ -107,7 +110,7 @@ class StudySpec:
                    source=values["source"], seeds=tuple(values["seeds"]), regime=regime,
                    max_length=values["max_length"], sizes=tuple(dict.fromkeys(sizes)),
                    subset_seed=values["subset_seed"], intervention_seed=values["intervention_seed"],
-                   intermediates=tuple(dict.fromkeys(values["intermediates"])),
+                   intermediates=tuple(dict.fromkeys(values["intermediates"])), final_head=values["final_head"],
                    eval_count=values["eval_count"], doc_stride=values["doc_stride"], task_settings=task_settings,
                    not_applied=tuple(p for p in not_applied if p[1] in values["models"]), bundle=values["bundle"],
                    gpu_concurrency=values["gpu_concurrency"], fuse=values["fuse"],
@@ -179,6 +182,8 @@ class StudySpec:
         d["sizes"] = [{"fraction": f, "count": c} for f, c in self.sizes]
         d["intermediates"] = list(self.intermediates)
         d["not_applied"] = [list(p) for p in self.not_applied]
+        if not self.intermediates or self.final_head == "new":  # as before it existed: only new heads
+            del d["final_head"]
         for key in ("task_settings", "not_applied", "keep_weights"):  # left out when empty, as before they existed
             if not d[key]:
                 del d[key]
@@ -219,8 +224,6 @@ class StudySpec:
         `intervention_seed`; a deterministic chain (and the unmodified model) gets seed 0, so every
         training seed shares its one checkpoint.
         """
-        from bertology.interventions import is_random  # torch: only where checkpoints are made
-
         if self.intervention_seed is not None:
             chain_seed = self.intervention_seed
         else:
@@ -259,7 +262,7 @@ class StudySpec:
             first = None if after is None else RunSpec(checkpoint, self.dataset(base, after, size),
                                                        self.regime_of(variant, after), seed)
             run = RunSpec(checkpoint, self.dataset(base, task, size), self.regime_of(variant, task), seed,
-                          after=first)
+                          after=first, final_head="new" if first is None else self.final_head)
             cells.setdefault((variant.name, run.id), Cell(self.name, variant.name, base, run))
         # a run that is also an intermediate run keeps its weights: the final runs start from them
         intermediate = {c.run.after.id for c in cells.values() if c.run.after is not None}

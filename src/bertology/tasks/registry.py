@@ -14,12 +14,15 @@ Kinds (each has its model head, batches and evaluation in bertology.train.heads)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from bertology.errors import BadInput
+from bertology.errors import BadInput, choices
 from bertology.metrics import METRICS
 
 KINDS = ("sequence", "span", "mlm")
+# each kind as a task list names it (every sequence task is a GLUE task)
+KIND_NAMES = {"sequence": "GLUE", "span": "question answering", "mlm": "masked LM"}
 # The metrics of the kinds whose evaluation is not a function of (labels, predictions).
 SPAN_METRICS = ("f1", "exact", "has_ans_f1", "has_ans_exact", "no_ans_f1", "no_ans_exact", "best_f1",
                 "best_f1_thresh", "best_exact", "best_exact_thresh")
@@ -255,4 +258,17 @@ def get_task(name: str | Task) -> Task:
     try:
         return TASKS[name]
     except (KeyError, TypeError):
-        raise BadInput(f"unknown task {name!r} (known: {', '.join(sorted(TASKS))})") from None
+        raise unknown_task(name) from None
+
+
+def task_list(first: Iterable[str] = ()) -> str:
+    """Every task by kind, the kinds in `first` first: `cola, …, wnli (GLUE), squad2 (question answering), …`."""
+    order = [*dict.fromkeys(k for k in first if k in KINDS), *(k for k in KINDS if k not in first)]
+    return ", ".join(f"{', '.join(sorted(t.name for t in TASKS.values() if t.kind == kind))} ({KIND_NAMES[kind]})"
+                     for kind in order if any(t.kind == kind for t in TASKS.values()))
+
+
+def unknown_task(name: object, kinds: Iterable[str] = ()) -> BadInput:
+    """`unknown task 'sst3' (did you mean 'sst2'?; known: cola, … (GLUE), squad2 (question answering), …)`:
+    every task, those of the kinds in `kinds` (a study's other tasks') first."""
+    return BadInput(f"unknown task {name!r} ({choices(name, TASKS, listed=task_list(kinds))})")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bertology.errors import BadInput, Transient
+from bertology.errors import BadInput, Transient, choices, did_you_mean
 from bertology.tasks import synthetic
 from bertology.tasks.registry import Task, get_task
 
@@ -51,7 +51,10 @@ def parse_source(text: str) -> tuple[str, str]:
     kind, sep, arg = str(text).partition(":")
     if kind in ("glue-dir", "files") and sep and arg:
         return kind, arg
-    raise BadInput(f"unknown data source {text!r} (allowed: {', '.join(SOURCE_KINDS)})")
+    forms = {form.partition(":")[0]: form for form in SOURCE_KINDS}  # the kind, then its argument
+    match = did_you_mean(str(text).partition(":")[0], forms)
+    hint = f"did you mean {forms[match]!r}?; " if match is not None else ""
+    raise BadInput(f"unknown data source {text!r} ({hint}allowed: {', '.join(SOURCE_KINDS)})")
 
 
 def parse_files(task: Task, arg: str) -> dict[str, Path]:
@@ -118,7 +121,7 @@ def load_split(task: Task | str, source: str, split: str) -> datasets.Dataset:
 
     task = get_task(task)
     if split not in task.splits:
-        raise BadInput(f"unknown split {split!r} for task {task.name} (allowed: {', '.join(task.splits)})")
+        raise BadInput(f"unknown split {split!r} for task {task.name} ({choices(split, task.splits, 'allowed')})")
     check_source(task, source, (split,))
     kind, arg = parse_source(source)
     if task.kind == "span":

@@ -1,4 +1,4 @@
-"""Fine-tuning regimes: which parameters train in which epoch (DESIGN §6).
+"""Fine-tuning regimes: which parameters train in which epoch.
 
 A regime only switches `requires_grad`; the optimizer holds every parameter, and one whose gradient is
 None is skipped by AdamW entirely (no update, no weight decay), so a frozen tensor stays bit-identical.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from bertology.errors import BadInput, TooSmall
+from bertology.errors import BadInput, TooSmall, unknown
 
 NAMES = ("full", "freeze", "gradual-unfreeze", "probe", "none")
 
@@ -44,7 +44,7 @@ class Schedule:
     def check(self, num_layers: int) -> None:
         """One-line BadInput for parameters that do not fit the model."""
         if self.name not in NAMES:
-            raise BadInput(f"unknown regime '{self.name}' (known: {', '.join(NAMES)})")
+            raise unknown("regime", self.name, NAMES)
         if self.name == "freeze":
             if self.train_layers is None:
                 raise BadInput("regime 'freeze' needs train_layers (a list, from:K or last:K)")
