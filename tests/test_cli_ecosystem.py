@@ -237,3 +237,146 @@ def test_run_limits_default_to_the_environment_and_a_flag_wins(monkeypatch):
     monkeypatch.setenv(SEMAPHORES_ENV, "gpu=2")
     with pytest.raises(BadInput, match=r"\$BERTOLOGY_SEMAPHORES 'gpu=2': expected CONFIGMAP/KEY=N"):
         limits()
+
+
+def test_progress_counts_each_fan_out_under_its_own_name_and_never_goes_backwards():
+    now = [0.0]
+    progress = Progress(clock=lambda: now[0])
+    progress.feed(RunEvent("fanout", "prepare-data", count=3, children=tuple(f"prepare-data({i}:d{i})" for i in range(3))))
+    progress.feed(RunEvent("fanout", "build-checkpoint", count=6,
+                           children=tuple(f"build-checkpoint({i}:k{i})" for i in range(6))))
+    seen = []
+    for i in range(3):
+        now[0] += 1.0
+        progress.feed(RunEvent("finished", f"prepare-data({i}:d{i})", "Succeeded"))
+        seen.append(progress.counts()[0])
+    for i in range(2):
+        progress.feed(RunEvent("finished", f"build-checkpoint({i}:k{i})", "Succeeded"))
+    # no ETA from the datasets: the cells, most of the work, are not planned into nodes yet
+    assert progress.line() == "datasets 3/3 · checkpoints 2/6 · 0 steps running"
+    progress.feed(RunEvent("fanout", "cell", count=12, children=tuple(f"cell({i}:c{i})" for i in range(12))))
+    seen.append(progress.counts()[0])
+    assert progress.line() == "datasets 3/3 · checkpoints 2/6 · cells 0/12 · 0 steps running"
+    now[0] += 10.0
+    for i in range(2):
+        progress.feed(RunEvent("finished", f"cell({i}:c{i})", "Succeeded"))
+        seen.append(progress.counts()[0])
+    # the ETA from the cells alone: 2 of 12 in the 10 s since they expanded
+    assert progress.line() == "datasets 3/3 · checkpoints 2/6 · cells 2/12 · 0 steps running · ETA 50s"
+    assert seen == sorted(seen) and progress.counts() == (7, 21, 0)
+    other = Progress()
+    other.feed(RunEvent("fanout", "shard", count=2, children=("shard(0:a)", "shard(1:b)")))
+    assert other.line() == "shard 0/2 · 0 steps running"  # a fan-out of no study: its task name
+
+
+def test_console_names_steps_by_label_and_tells_retries():
+    labels = {"cell(2:c2).finetune": "finetune of pre-trained · sst2 · seed 1"}
+    out, err = io.StringIO(), io.StringIO()
+    console = Console(NORMAL, out=out, err=err, tty=False, interval_s=3600, label=labels.get)
+    console.event(RunEvent("fanout", "cell", count=3, children=("cell(0:c0)", "cell(1:c1)", "cell(2:c2)")))
+    console.event(RunEvent("started", "cell(2:c2).finetune"))
+    assert console.progress.line() == "cells 0/3 · running finetune of pre-trained · sst2 · seed 1"
+    console.event(RunEvent("retry", "cell(2:c2).finetune", "Failed", count=1, exit_code=137, max_attempts=3))
+    console.event(RunEvent("started", "cell(2:c2).finetune"))
+    console.event(RunEvent("finished", "cell(2:c2).finetune", "Failed", message="exit code 1", exit_code=1))
+    console.event(RunEvent("started", "cell(0:c0).finetune"))  # no label: its node name
+    console.event(RunEvent("finished", "cell(0:c0).finetune", "Error", message="OOMKilled", exit_code=137))
+    console.close()
+    assert err.getvalue().splitlines() == [
+        ("finetune of pre-trained · sst2 · seed 1 (cell(2:c2).finetune): attempt 1 of 3 Failed (exit code 137); "
+         "retrying"),
+        "finetune of pre-trained · sst2 · seed 1 (cell(2:c2).finetune): Failed (exit code 1)",
+        "cell(0:c0).finetune: Error (OOMKilled)",
+    ]
+
+
+def test_plain_lines_print_only_what_changed():
+    out = io.StringIO()
+    console = Console(NORMAL, out=out, err=io.StringIO(), tty=False, interval_s=3600)
+    console.event(RunEvent("fanout", "cell", count=2, children=("cell(0:a)", "cell(1:b)")))
+    console._print_if_changed()
+    console._print_if_changed()
+    console.event(RunEvent("finished", "cell(0:a)", "Succeeded"))
+    console.close()
+    lines = [line.split(" · ETA")[0] for line in out.getvalue().splitlines()]  # the ETA runs on a real clock
+    assert lines == ["cells 0/2 · 0 steps running", "cells 1/2 · 0 steps running"]
+
+
+# A study as `bertology run` sees one: a plan step whose outputs name the study and the pods' run ids, and a
+# `cell` fan-out over them whose finetune fails (after a retry) for the run whose id is FAIL.
+MINI_STUDY = """\
+apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata:
+  generateName: mini-
+spec:
+  entrypoint: main
+  arguments:
+    parameters:
+      - {name: study, value: s}
+      - name: store
+  templates:
+    - name: main
+      dag:
+        tasks:
+          - {name: plan, template: plan}
+          - name: cell
+            template: cell
+            dependencies: [plan]
+            withParam: "{{tasks.plan.outputs.parameters.runs}}"
+            arguments: {parameters: [{name: ids, value: "{{item}}"}]}
+    - name: plan
+      container:
+        image: example/plan:0.1
+        command: [sh, -c]
+        args:
+          - |
+            printf '%s' 'RUNS' > /tmp/outputs/runs; printf '%s' 'STUDY' > /tmp/outputs/study
+      outputs:
+        parameters:
+          - {name: runs, valueFrom: {path: /tmp/outputs/runs}}
+          - {name: study, valueFrom: {path: /tmp/outputs/study}}
+    - name: cell
+      inputs: {parameters: [{name: ids}]}
+      dag:
+        tasks:
+          - {name: finetune, template: finetune, arguments: {parameters: [{name: ids, value: "{{inputs.parameters.ids}}"}]}}
+    - name: finetune
+      inputs: {parameters: [{name: ids}]}
+      retryStrategy: {limit: 1}
+      container:
+        image: example/finetune:0.1
+        command: [sh, -c, "case {{inputs.parameters.ids}} in FAIL*) echo 'error: no GPU left'; exit 1;; esac"]
+"""
+
+
+def test_a_study_run_labels_its_cells_counts_reuse_and_ends_saying_it_failed(echo_project, capsys):
+    from bertology.steps.plan import plan_study
+    from bertology.store import open_store
+    from bertology.study import StudySpec
+
+    store = echo_project / "store"
+    spec, _ = StudySpec.from_params("s", {"tasks": '["rte", "cola"]', "intermediates": '["cola"]', "seeds": "[1]"})
+    plan_study(open_store(str(store)), spec)
+    cells = spec.cells()
+    sequential = next(c for c in cells if c.run.after is not None)
+    direct = next(c for c in cells if c.run.after is None and c.run.dataset.task == "rte")
+    other = next(c for c in cells if c not in (sequential, direct))
+    pods = [sequential.run.id, f"{direct.run.id},{other.run.id}"]  # 3 of the study's cells to run
+    (echo_project / "study.yaml").write_text(
+        MINI_STUDY.replace("RUNS", json.dumps(pods)).replace("STUDY", f"s:{spec.id}")
+        .replace("FAIL", sequential.run.id))
+    code = cli.main(["run", "study.yaml", "--templates", "templates", "--no-fork-server", "--store", str(store)])
+    out, err = capsys.readouterr()
+    assert code == 1, (out, err)
+    assert f"cells: {len(cells)} in the study, {len(cells) - 3} reused from the store, 3 run" in out.splitlines()
+    step = f"finetune of {sequential.variant} · rte · seed 1 · after cola (cell(0:{sequential.run.id}).finetune)"
+    lines = err.splitlines()
+    assert lines[0] == f"{step}: attempt 1 of 2 Failed (main: Error (exit code 1)); retrying"
+    assert f"{step}: error: no GPU left" in lines
+    workdir = out.split("step logs in ", 1)[1].split(")", 1)[0]
+    assert lines[-1] == f"study s failed: {step}: error: no GPU left (step logs in {workdir})"
+    # the pod of two runs is named by its first run's
+    labels = __import__("bertology.cli.run", fromlist=["CellLabels"]).CellLabels(open_store(str(store)), "s")
+    assert labels(f"cell(1:{direct.run.id},{other.run.id})") == f"{direct.variant} · rte · seed 1 +1 more"
+    assert labels("plan") is None and labels("cell(9:0123456789abcdef)") is None  # no plan holds that run

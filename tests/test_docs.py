@@ -186,7 +186,7 @@ def _shape(lines: list[str]) -> list[str]:
     tables the values, the mean ± sd cells and whether an ordering holds."""
     out = []
     for line in lines:
-        if line.startswith("cells "):
+        if re.match(r"(datasets|checkpoints|cells) \d+/", line):  # the progress line's fan-outs
             if out and out[-1] == "PROGRESS":
                 continue
             line = "PROGRESS"

@@ -1,13 +1,17 @@
 """What `bertology run` shows while a study runs: one progress line, the errors, a short ending.
 
-The runner reports RunEvents (a container started, a fan-out expanded, a node finished); this module
-turns them into one line of study progress: cells done/total, failed, steps running, ETA. On a terminal
-the line is a tqdm bar redrawn in place; elsewhere (Argo pods, CI logs) it is a plain line printed at
-most every `interval_s` seconds and only when something changed. Every step's own output stays in its
-node log (`<workdir>/<node>/log.txt`); `-v` echoes it as well, `-q` drops the progress line.
+The runner reports RunEvents (a container started, a fan-out expanded, a node finished, an attempt
+failed and will be retried); this module turns them into one line of study progress: each top-level
+fan-out's children done/total under its own name (`datasets 3/3 · checkpoints 2/6 · cells 2/12`), failed,
+steps running, ETA. On a terminal the line is a tqdm bar redrawn in place; elsewhere (Argo pods, CI logs)
+it is a plain line printed at most every `interval_s` seconds and only when something changed. Every
+step's own output stays in its node log (`<workdir>/<node>/log.txt`); `-v` echoes it as well, `-q` drops
+the progress line.
 
-Cells are the children of the top-level fan-out named `cell` (the study template's); a workflow
-without one (a test fixture, a CronWorkflow) counts the children of all its top-level fan-outs.
+A study's fan-outs are named by what they make (prepare-data: datasets, build-checkpoint: checkpoints,
+cell: cells); any other by its task name. The ETA comes from the cells once they exist (a workflow with
+none of a study's fan-outs: from all of its fan-outs). A `label` callable names a node by what it runs
+(`bertology run` reads the study's plan for it); a node it does not know keeps its Argo name.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from bertology.argo.exit_handler import EXIT_NODE
@@ -23,6 +28,9 @@ from bertology.errors import EXIT_BAD_INPUT
 
 QUIET, NORMAL, VERBOSE = -1, 0, 1
 FAILED = ("Failed", "Error")
+# a study's top-level fan-outs, by what they make (bertology's study template); another keeps its task name
+GROUP_NAMES = {"prepare-data": "datasets", "build-checkpoint": "checkpoints", "cell": "cells"}
+CELLS = "cell"
 
 
 def _duration(seconds: float) -> str:
@@ -37,9 +45,10 @@ def _duration(seconds: float) -> str:
 class Progress:
     """The counts behind the line; fed RunEvents, safe to call from the runner's threads."""
 
-    def __init__(self, clock=time.monotonic):
+    def __init__(self, clock=time.monotonic, label: Callable[[str], str | None] | None = None):
         self._clock = clock
-        self.groups: dict[str, int] = {}  # top-level fan-out -> number of children
+        self._label = label
+        self.groups: dict[str, int] = {}  # top-level fan-out -> number of children, in the order they expanded
         self.parent: dict[str, str] = {}  # fan-out child -> its fan-out
         self.done: dict[str, int] = {}
         self.failed: dict[str, int] = {}
@@ -73,51 +82,74 @@ class Progress:
                     self.failed[group] = self.failed.get(group, 0) + 1
         return failed_container
 
-    def _cells(self) -> list[str]:
-        return ["cell"] if "cell" in self.groups else list(self.groups)
+    def name(self, node: str) -> str:
+        """The node by what it runs and by its Argo name (its log's folder), or its Argo name alone."""
+        label = self._label(node) if self._label is not None else None
+        return f"{label} ({node})" if label else node
 
     def counts(self) -> tuple[int, int | None, int]:
-        """(cells finished, cells in all or None before the plan says, cells failed)."""
-        groups = self._cells()
-        total = sum(self.groups[g] for g in groups) if groups else None
-        return sum(self.done.get(g, 0) for g in groups), total, sum(self.failed.get(g, 0) for g in groups)
+        """(children finished, children in all or None before any fan-out, failed), over every top-level
+        fan-out: the finished count never falls as fan-outs expand."""
+        if not self.groups:
+            return 0, None, 0
+        return (sum(self.done.get(g, 0) for g in self.groups), sum(self.groups.values()),
+                sum(self.failed.get(g, 0) for g in self.groups))
+
+    def _eta_groups(self) -> list[str]:
+        if CELLS in self.groups:
+            return [CELLS]
+        if any(g in GROUP_NAMES for g in self.groups):  # a study before its cells: no ETA from its other work
+            return []
+        return list(self.groups)
 
     def eta(self) -> float | None:
-        done, total, _ = self.counts()
-        groups = self._cells()
-        if not done or total is None:
+        groups = self._eta_groups()
+        done = sum(self.done.get(g, 0) for g in groups)
+        total = sum(self.groups[g] for g in groups)
+        if not done or done >= total:
             return None
         elapsed = self._clock() - min(self.started_at[g] for g in groups)
         return elapsed / done * (total - done)
 
     def line(self) -> str:
-        done, total, failed = self.counts()
-        parts = [f"cells {done}/{total if total is not None else '?'}"]
+        parts = [f"{GROUP_NAMES.get(g, g)} {self.done.get(g, 0)}/{n}" for g, n in self.groups.items()]
+        if not parts:
+            parts.append("cells 0/?")
+        failed = self.counts()[2]
         if failed:
             parts.append(f"{failed} failed")
         running = sorted(self.running)
         if len(running) == 1:
-            parts.append(f"running {running[0]}")
+            label = self._label(running[0]) if self._label is not None else None
+            parts.append(f"running {label or running[0]}")
         else:
             parts.append(f"{len(running)} steps running")
         if self.waiting:  # for a semaphore another run on this machine holds
             locks = sorted(set(self.waiting.values()))
             parts.append(f"{len(self.waiting)} waiting for {', '.join(locks)}")
         eta = self.eta()
-        if eta is not None and done < (total or 0):
+        if eta is not None:
             parts.append(f"ETA {_duration(eta)}")
         return " · ".join(parts)
+
+
+def retry_line(event: RunEvent, name: str) -> str:
+    """A failed attempt the runner retries: which step, why, and which attempt of how many."""
+    why = event.message or (f"exit code {event.exit_code}" if event.exit_code is not None else "")
+    of = f" of {event.max_attempts}" if event.max_attempts else ""
+    return f"{name}: attempt {event.count}{of} {event.phase}" + (f" ({why})" if why else "") + "; retrying"
 
 
 class Console:
     """The runner's `log` and `events` callbacks for one run; `close()` ends the progress line."""
 
     def __init__(self, verbosity: int = NORMAL, out: TextIO | None = None, err: TextIO | None = None,
-                 tty: bool | None = None, interval_s: float = 30.0):
+                 tty: bool | None = None, interval_s: float = 30.0,
+                 label: Callable[[str], str | None] | None = None):
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.verbosity = verbosity
-        self.progress = Progress()
+        self.progress = Progress(label=label)
         self.interval_s = interval_s
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -147,7 +179,10 @@ class Console:
             # handler's verdict, which restates the steps' failures (the Workflow's message, printed last)
             if (self.progress.feed(event) and self.verbosity < VERBOSE and event.exit_code != EXIT_BAD_INPUT
                     and event.node != EXIT_NODE):
-                self._write_error(f"{event.node}: {event.phase}" + (f" ({event.message})" if event.message else ""))
+                self._write_error(f"{self.progress.name(event.node)}: {event.phase}"
+                                  + (f" ({event.message})" if event.message else ""))
+            elif event.kind == "retry" and self.verbosity < VERBOSE:  # -v echoes the runner's own line
+                self._write_error(retry_line(event, self.progress.name(event.node)))
             if self._bar is not None:
                 self._draw()
 

@@ -222,6 +222,8 @@ class Containers:
                          "is the only node here)") if strategy.other_node else ""
             self.emit(node_name, f"{phase} ({message}); retry {len(attempts)}/{strategy.limit}{elsewhere}: Argo backs "
                                  f"off {decision.wait_s:g}s, waiting {local:g}s locally")
+            self.notify(RunEvent("retry", node_name, phase, count=len(attempts), message=message, exit_code=code,
+                                 max_attempts=None if strategy.limit is None else strategy.limit + 1))
             time.sleep(local)
         return result
 

@@ -65,12 +65,15 @@ class RunResult:
 class RunEvent:
     """What a progress display needs, without parsing log lines: a container `started`, a fan-out
     expanded into `count` children (`fanout`), a container `waiting` for a semaphore that another run holds
-    (`message`: the semaphore), or any node `finished` with its phase."""
+    (`message`: the semaphore), any node `finished` with its phase, or a container's attempt that failed
+    and will be retried (`retry`: its phase, message and exit code, `count` the attempt that failed,
+    `max_attempts` how many its retryStrategy allows, None without a limit)."""
 
-    kind: str  # started | fanout | waiting | finished
+    kind: str  # started | fanout | waiting | finished | retry
     node: str
     phase: str = ""
     count: int = 0
     message: str = ""
     children: tuple[str, ...] = ()  # fanout: the children's node names
     exit_code: int | None = None  # finished: the container's exit code (None: not a container, or none)
+    max_attempts: int | None = None  # retry: the attempts the retryStrategy allows (None: no limit)

@@ -3,18 +3,22 @@ nothing but refuse its input (`refused`), so that `bertology run` leaves no fold
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from bertology.argo.exit_handler import EXIT_NODE
 from bertology.errors import EXIT_BAD_INPUT
 
 
-def step_errors(result, workdir: Path) -> list[str]:
+def step_errors(result, workdir: Path, label: Callable[[str], str | None] | None = None) -> list[str]:
     """Each failed step's cause, so it ends the output: the last `error: …` line the step printed; for a
     step that failed otherwise (a transient error after every retry, a kill, a deadline) the runner's
-    message, the attempts, and the step's last `transient error …` line (else its last line)."""
+    message, the attempts, and the step's last `transient error …` line (else its last line). A step
+    `label` names by what it runs is named so, its node name (its log's folder) after it."""
     lines = []
     for node in result.nodes.values():
+        named = label(node.name) if label is not None else None
+        name = f"{named} ({node.name})" if named else node.name
         log = workdir / node.name / "log.txt"
         if node.phase not in ("Failed", "Error") or not log.exists():
             continue
@@ -23,7 +27,7 @@ def step_errors(result, workdir: Path) -> list[str]:
         printed = [x for x in log.read_text(errors="replace").splitlines() if x.strip() and not x.startswith("--- ")]
         errors = [x for x in printed if x.startswith("error: ")]
         if errors:
-            lines.append(f"{node.name}: {errors[-1]}")
+            lines.append(f"{name}: {errors[-1]}")
             continue
         cause = ([x for x in printed if x.startswith("transient error")] or printed or [""])[-1]
         cause = cause.replace("transient error (will be retried)", "transient error")  # it was, in vain
@@ -32,7 +36,7 @@ def step_errors(result, workdir: Path) -> list[str]:
         what = "; ".join(filter(None, [last, node.message])) or node.phase
         if node.waiting_for:  # it never got its semaphore: no pod was made
             what += f" after waiting {node.queued_s:.0f}s for semaphore {node.waiting_for}"
-        lines.append(f"{node.name}: " + ": ".join(filter(None, [what + tries, cause])))
+        lines.append(f"{name}: " + ": ".join(filter(None, [what + tries, cause])))
     return lines
 
 

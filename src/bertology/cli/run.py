@@ -5,6 +5,8 @@ and for a study its main table and its report."""
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import shutil
 import signal
 import sys
@@ -87,7 +89,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     workdir = leftovers.make("run", workflow.stem)
     where = f"store {store.uri}, " if takes_store else ""
     print(f"bertology run {workflow} ({where}step logs in {workdir})", flush=True)
-    console = Console(VERBOSE if args.verbose else QUIET if args.quiet else NORMAL)
+    study = params.get("study") or ((shape.declared or {}).get("study") or {}).get("value")
+    labels = CellLabels(store, str(study)) if takes_store and study else None
+    console = Console(VERBOSE if args.verbose else QUIET if args.quiet else NORMAL, label=labels)
     previous = {sig: signal.signal(sig, stop_run) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         result = run_workflow(workflow, params=params, templates_dir=templates, workdir=workdir,
@@ -111,7 +115,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     status = "Succeeded" if result.exit_code == 0 else "Failed"
     # status.message, as `argo list` shows it (a DAG's failure has none; an exit handler's has its line)
     print(f"workflow {workflow.name}: {status}" + (f": {result.message}" if result.message else ""), flush=True)
-    errors = _step_errors(result, workdir)
+    reuse = _reuse_line(result, store) if takes_store else None
+    if reuse is not None:
+        print(reuse, flush=True)
+    errors = _step_errors(result, workdir, labels)
     if refused(result):  # the input was refused and nothing else ran: the error line is the whole story
         shutil.rmtree(workdir, ignore_errors=True)
     for line in errors:
@@ -128,7 +135,92 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in study_result(store, name, study_id):  # the main table and the report's orderings
             print(line)
         print(f"report: {location}", flush=True)
+    if result.exit_code != 0 and not refused(result):  # the last line says so: a partial report is above it
+        ref = result.nodes["plan"].outputs.get("study", "") if "plan" in result.nodes else ""
+        what = f"study {ref.partition(':')[0] or study}" if ref or study else f"workflow {workflow.name}"
+        why = result.message or (errors[0] if errors else f"exit code {result.exit_code}")
+        print(f"{what} failed: {why} (step logs in {workdir})", file=sys.stderr, flush=True)
     return result.exit_code
+
+
+def _reuse_line(result, store) -> str | None:
+    """How many of the study's cells the store already held (the plan's `runs` list only the others)."""
+    plan = result.nodes.get("plan")
+    outputs = plan.outputs if plan else {}
+    if "runs" not in outputs or "study" not in outputs:
+        return None
+    from bertology.steps.planned import load_plan
+
+    try:
+        ran = sum(len([i for i in pod.split(",") if i]) for pod in json.loads(outputs["runs"]))
+        total = len(load_plan(store, outputs["study"]).doc.get("cells") or [])
+    except (ValueError, TypeError, AttributeError, BadInput):
+        return None
+    return f"cells: {total} in the study, {total - ran} reused from the store, {ran} run"
+
+
+_CELL_NODE = re.compile(r"cell\(\d+:([0-9a-f]{16}(?:,[0-9a-f]{16})*)\)(?:\.([\w-]+))?$")
+
+
+class CellLabels:
+    """Names a study's cell nodes (`cell(i:ID1,ID2,…)` and its steps) by what they run: `variant · task ·
+    seed N` (`· after TASK` for a sequential run, the model where the study has several), the first run's
+    and `+N more` for a pod of several runs, `finetune of …` for its steps. From the study's plan in the
+    store, found at the first cell node by its run ids; None for any other node, or without a plan."""
+
+    def __init__(self, store, study: str):
+        self.store, self.study = store, study
+        self.plan = None
+        self._labels: dict[str, str | None] = {}
+
+    def __call__(self, node: str) -> str | None:
+        if node not in self._labels:
+            self._labels[node] = self._label(node)
+        return self._labels[node]
+
+    def _label(self, node: str) -> str | None:
+        match = _CELL_NODE.match(node)
+        if match is None:
+            return None
+        ids = match.group(1).split(",")
+        if self.plan is None or not self._holds(self.plan, ids):
+            self.plan = self._find(ids)
+            if self.plan is None:
+                return None
+        cells = self.plan.cells(ids)
+        several_models = len({c["model"] for c in self.plan.doc["cells"]}) > 1
+        label = _cell_label(cells[0], several_models) + (f" +{len(cells) - 1} more" if len(cells) > 1 else "")
+        return f"{match.group(2)} of {label}" if match.group(2) else label
+
+    @staticmethod
+    def _holds(plan, ids: list[str]) -> bool:
+        try:
+            plan.cells(ids)
+        except BadInput:
+            return False
+        return True
+
+    def _find(self, ids: list[str]):
+        """The study's plan holding these runs: its newest plan.json that does."""
+        from bertology.steps.planned import Plan
+
+        try:
+            keys = [k for k in self.store.list(f"studies/{self.study}/") if k.endswith("/plan.json")]
+            for key in sorted(keys, key=self.store.modified, reverse=True):
+                _, _, study_id, _ = key.rsplit("/", 3)
+                plan = Plan(self.study, study_id, self.store.read_json(key))
+                if self._holds(plan, ids):
+                    return plan
+        except (OSError, ValueError, KeyError, BadInput):  # a label is a courtesy: never a reason to fail
+            return None
+        return None
+
+
+def _cell_label(cell, several_models: bool) -> str:
+    after = cell.run.after
+    parts = [cell.variant, *([cell.model] if several_models else []), cell.run.dataset.task,
+             f"seed {cell.run.seed}", *([f"after {after.dataset.task}"] if after is not None else [])]
+    return " · ".join(str(p) for p in parts)
 
 
 def _report_location(result, store) -> tuple[str, str, str] | None:
