@@ -228,9 +228,11 @@ def test_a_transient_failure_exits_75_and_says_why(tmp_path):
     done = _host_run(tmp_path, "echo working; echo 'transient error (will be retried): S3 unreachable for "
                                "s3://b/k: timed out' >&2; exit 75")
     assert done.returncode == 75, done
-    assert done.stderr.strip().splitlines()[-1] == (
-        "step: main: Error (exit code 75); No more retries left (2 attempts): transient error: S3 unreachable for s3://b/k: "
-        "timed out"), done.stderr
+    cause = ("step: main: Error (exit code 75); No more retries left (2 attempts): transient error: S3 unreachable for "
+             "s3://b/k: timed out")
+    *_, step_line, last = done.stderr.strip().splitlines()
+    assert step_line == cause, done.stderr
+    assert last.startswith(f"workflow wf.yaml failed: {cause} (step logs in "), done.stderr  # a failed run ends saying so
 
 
 @pytest.mark.parametrize("sig", ["KILL", "TERM"])
