@@ -2,11 +2,11 @@
 before any model is read (bertology.study.checks.check_names: `bertology run` and plan refuse a misspelt
 name in about a second), and what the registry checks first, so both say it the same way.
 
-An entry holds what its module (bertology.interventions.<module>, which imports torch) declares and a check
-needs no model config for: DEFAULTS (the parameters, None for a required one), RANDOM, the parameters whose
-values are a fixed list, and those that are true or false. The registry is built in this table's order and
-refuses to start if a module's DEFAULTS or RANDOM differ from its entry (tests/test_bad_input_catalogue.py
-holds the lists of allowed values to the modules'). The checks that need the model's config (layer and head
+An entry holds what a check needs no model config for: the defaults (the parameters, None for a
+required one), whether it draws random numbers, the parameters whose values are a fixed list, and those
+that are true or false. Each module (bertology.interventions.<module>, which imports torch) takes its
+DEFAULTS, RANDOM and value lists from its entry, so they are said once; the registry is built in this
+table's order. The checks that need the model's config (layer and head
 indices against its depth, tensor globs against its parameter names, a donor's hidden size) stay in the
 modules.
 """

@@ -27,11 +27,13 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from bertology.errors import BadInput
 from bertology.interventions import tensor_globs
+from bertology.interventions.catalog import CATALOG
 from bertology.sampling import trunc_normal_
 
-RANDOM = True  # draws from the chain's generator: a new seed gives a new checkpoint
-DEFAULTS: dict = {"match": None, "std": 0.02, "tensors": ["*"]}
-MATCHES = ("norm", "variance")
+ENTRY = CATALOG["match-moments"]  # DEFAULTS, RANDOM and listed values: one source, torch-free
+RANDOM = ENTRY.random  # draws from the chain's generator: a new seed gives a new checkpoint
+DEFAULTS: dict = ENTRY.defaults
+MATCHES = ENTRY.enums["match"]
 # each parameter's (type, allowed values), as `bertology interventions` lists them
 ALLOWED: dict[str, tuple[str, str]] = {
     "match": ("str", "required: " + " | ".join(MATCHES)),

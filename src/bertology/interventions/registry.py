@@ -12,7 +12,8 @@ seed") while a deterministic chain stays one checkpoint for all seeds. Validatio
 so a study is refused before any weights load; application snapshots the model first and compares
 afterwards, so the manifest says exactly which tensors changed. The names, parameters and the checks that
 need no config are also in bertology.interventions.catalog, without torch: the registry is built in its
-order, holds each module to its entry, and checks a step by it before the module's own `check`.
+order, each module takes its defaults and value lists from its entry, and a step is checked by it before
+the module's own `check`.
 """
 
 from __future__ import annotations
@@ -55,9 +56,6 @@ class Intervention:
         defaults = copy.deepcopy(module.DEFAULTS)
         if set(module.ALLOWED) != set(defaults):
             raise AssertionError(f"{name}: ALLOWED must describe exactly the parameters of DEFAULTS")
-        entry = catalog.CATALOG[name]
-        if defaults != entry.defaults or module.RANDOM != entry.random:
-            raise AssertionError(f"{name}: DEFAULTS and RANDOM must be those of its entry in interventions.catalog")
         return cls(name, doc, defaults, module.check, module.apply, module.RANDOM,
                    getattr(module, "config_after", None), getattr(module, "facts", None), dict(module.ALLOWED))
 

@@ -40,20 +40,14 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from bertology.errors import BadInput
 from bertology.interventions import parts, selection
+from bertology.interventions.catalog import CATALOG
 from bertology.sampling import trunc_normal_
 from bertology.weight_init import reinit_modules
 
-RANDOM = True  # draws from the chain's generator: a new seed gives a new checkpoint
-DEFAULTS: dict = {
-    "scope": "all",
-    "std": 0.02,
-    "layers": None,
-    "layer_norms": False,
-    "biases": True,
-    "heads": None,
-    "output_columns": False,
-}
-SCOPES = ("all", "word-embeddings", "layers", "heads", "pooler")
+ENTRY = CATALOG["reinit"]  # DEFAULTS, RANDOM and listed values: one source, torch-free
+RANDOM = ENTRY.random  # draws from the chain's generator: a new seed gives a new checkpoint
+DEFAULTS: dict = ENTRY.defaults
+SCOPES = ENTRY.enums["scope"]
 # each parameter's (type, allowed values), as `bertology interventions` lists them
 ALLOWED: dict[str, tuple[str, str]] = {
     "scope": ("str", " | ".join(SCOPES)),

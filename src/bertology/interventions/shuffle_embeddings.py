@@ -37,12 +37,14 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from bertology.errors import BadInput
 from bertology.interventions import parts
+from bertology.interventions.catalog import CATALOG
 from bertology.sampling import permutation
 from bertology.vocab import is_english_like
 
-RANDOM = True  # draws from the chain's generator: a new seed gives a new checkpoint
-DEFAULTS: dict = {"english_only": False, "others": "shuffle"}
-OTHERS = ("shuffle", "keep")
+ENTRY = CATALOG["shuffle-embeddings"]  # DEFAULTS, RANDOM and listed values: one source, torch-free
+RANDOM = ENTRY.random  # draws from the chain's generator: a new seed gives a new checkpoint
+DEFAULTS: dict = ENTRY.defaults
+OTHERS = ENTRY.enums["others"]
 # each parameter's (type, allowed values), as `bertology interventions` lists them
 ALLOWED: dict[str, tuple[str, str]] = {
     "english_only": ("bool", ("true | false; true: English-like rows trade places only among themselves (the report's "

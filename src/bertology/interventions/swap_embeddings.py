@@ -24,9 +24,11 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from bertology import models
 from bertology.errors import BadInput
 from bertology.interventions import parts
+from bertology.interventions.catalog import CATALOG
 
-RANDOM = False  # draws no random numbers: every seed gives the same checkpoint
-DEFAULTS: dict = {"donor": None}
+ENTRY = CATALOG["swap-embeddings"]  # DEFAULTS, RANDOM and listed values: one source, torch-free
+RANDOM = ENTRY.random  # draws no random numbers: every seed gives the same checkpoint
+DEFAULTS: dict = ENTRY.defaults
 # each parameter's (type, allowed values), as `bertology interventions` lists them
 ALLOWED: dict[str, tuple[str, str]] = {
     "donor": ("str", ("required: a model reference (hub id, dir:PATH or ./path, package:..., tiny:bert; not a store "
