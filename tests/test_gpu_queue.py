@@ -40,7 +40,7 @@ from bertology import cli
 from bertology.argo import deadlines
 from bertology.argo import semaphores as queue
 from bertology.argo.runner import RunEvent, prepare, run_workflow
-from bertology.cli.run import _step_errors
+from bertology.cli.outcome import step_errors
 from bertology.console import Progress
 from bertology.errors import BadInput
 
@@ -251,7 +251,7 @@ def test_the_workflow_s_deadline_is_what_ends_a_wait_for_the_gpu(tmp_path):
     assert any("Failed (Step exceeded its deadline) after waiting " in line and f"s for semaphore {GPU}" in line
                for line in lines), lines
     assert any(line.endswith(f" · 1 waiting for {GPU}") for line in seen), seen  # the progress line says why
-    ending = [line for line in _step_errors(result, tmp_path / "work") if line.startswith("gpu(0:0): ")]
+    ending = [line for line in step_errors(result, tmp_path / "work") if line.startswith("gpu(0:0): ")]
     assert ending and ending[0].startswith("gpu(0:0): Step exceeded its deadline after waiting ") and \
         ending[0].endswith(f"s for semaphore {GPU}"), ending  # what `bertology run` prints last
 

@@ -16,8 +16,7 @@ from bertology import leftovers
 from bertology.cli import preflight
 from bertology.cli.dry_run import dry_run
 from bertology.cli.locations import find_project_root, store_uri, with_hint
-from bertology.cli.outcome import refused
-from bertology.cli.outcome import step_errors as _step_errors
+from bertology.cli.outcome import refused, step_errors
 from bertology.cli.run_inputs import local_limits, parameter_file
 from bertology.cli.stopping import Stopped, stop_run
 from bertology.errors import BadInput
@@ -118,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     reuse = _reuse_line(result, store) if takes_store else None
     if reuse is not None:
         print(reuse, flush=True)
-    errors = _step_errors(result, workdir, labels)
+    errors = step_errors(result, workdir, labels)
     if refused(result):  # the input was refused and nothing else ran: the error line is the whole story
         shutil.rmtree(workdir, ignore_errors=True)
     for line in errors:
