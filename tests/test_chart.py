@@ -44,6 +44,8 @@ CUSTOM = {
     "s3": {"secretName": "studies-s3"},
     "serviceAccount": {"name": "studies-runner"},
     "nightly": {"enabled": True, "schedule": "30 3 * * 1-5", "suspend": True, "priority": 7},
+    "queueWatch": {"enabled": True, "schedule": "*/5 * * * *", "queueLimit": "2d12h", "schedulingLimit": "30m",
+                   "dryRun": True},
     "networkPolicy": {
         "enabled": True,
         "dns": {"cidrs": ["10.96.0.10/32", "169.254.20.10/32"], "selectors": [], "ports": [53]},
@@ -105,8 +107,11 @@ def expected(doc: dict, values: dict, labels: dict) -> dict:
     doc = unshared(doc)
     app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
     doc["metadata"]["labels"] = {**labels, **doc["metadata"].get("labels", {})}
+    # the queue watch runs as an account of its own, every other template as the steps'
+    account = values["serviceAccount"]["name"] + (
+        "-queue-watch" if doc["spec"].get("serviceAccountName") == "bertology-queue-watch" else "")
     if "serviceAccountName" in doc["spec"]:
-        doc["spec"]["serviceAccountName"] = values["serviceAccount"]["name"]
+        doc["spec"]["serviceAccountName"] = account
     for template in doc["spec"]["templates"]:
         container = template.get("container")
         if container is None:
@@ -128,7 +133,7 @@ def expected(doc: dict, values: dict, labels: dict) -> dict:
             if values["gpu"]["nodeSelector"]:
                 template["nodeSelector"] = {**template.get("nodeSelector", {}), **values["gpu"]["nodeSelector"]}
             template["tolerations"] = template.get("tolerations", []) + values["gpu"]["tolerations"]
-        template["serviceAccountName"] = values["serviceAccount"]["name"]
+        template["serviceAccountName"] = account
         tmp = {m["name"] for m in container.get("volumeMounts", []) if m["mountPath"] == "/tmp"}
         for volume in template.get("volumes", []):
             if volume["name"] in tmp and "emptyDir" in volume:
@@ -207,10 +212,12 @@ def test_custom_values_reach_every_place_they_must(custom_docs):
             container = template.get("container")
             if container is None:
                 continue
-            assert template["serviceAccountName"] == "studies-runner"
+            watch = name == "bertology-queue-watch"
+            assert template["serviceAccountName"] == "studies-runner" + ("-queue-watch" if watch else "")
             secrets = {e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]
                        if "secretKeyRef" in e.get("valueFrom", {})}
-            assert secrets == (set() if template["name"] == "verdict" else {"studies-s3"})  # verdict reads no store
+            # verdict and the queue watch read no store
+            assert secrets == (set() if template["name"] in ("verdict", "watch") else {"studies-s3"})
             if template["name"] in gpu:
                 assert container["image"] == "registry.example/ml/train:2.0.1"
                 for amounts in (container["resources"]["requests"], container["resources"]["limits"]):
@@ -241,7 +248,7 @@ def test_nightly_cron_workflow_is_the_file_with_schedule_suspend_and_the_store_f
     for docs, values, account in ((default_docs, chart_values(), "bertology"),
                                   (custom_docs, chart_values(CUSTOM), "studies-runner")):
         labels = by_kind(docs, "ServiceAccount")[account]["metadata"]["labels"]
-        assert by_kind(docs, "CronWorkflow") == {"bertology-nightly-regression": expected_nightly(values, labels)}
+        assert by_kind(docs, "CronWorkflow")["bertology-nightly-regression"] == expected_nightly(values, labels)
     custom = by_kind(custom_docs, "CronWorkflow")["bertology-nightly-regression"]["spec"]
     assert custom["schedules"] == ["30 3 * * 1-5"] and custom["suspend"] is True
     assert custom["timezone"] == "UTC" and custom["concurrencyPolicy"] == "Forbid"
@@ -309,7 +316,7 @@ def test_the_placeholder_renders_when_allowed_and_pushed_images_render_without_i
 
 
 def test_nightly_can_be_left_out():
-    assert by_kind(render("--set", "nightly.enabled=false"), "CronWorkflow") == {}
+    assert by_kind(render("--set", "nightly.enabled=false"), "CronWorkflow").keys() == {"bertology-queue-watch"}
 
 
 def test_config_maps_carry_the_store_endpoint_and_gpu_semaphore(default_docs, custom_docs):
@@ -323,16 +330,49 @@ def test_config_maps_carry_the_store_endpoint_and_gpu_semaphore(default_docs, cu
 
 def test_rbac_grants_the_executor_exactly_its_task_results(custom_docs):
     kinds = sorted(d["kind"] for d in custom_docs)
-    assert kinds == sorted(["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "ConfigMap", "CronWorkflow", "NetworkPolicy",
-                            *["WorkflowTemplate"] * len(library())])
-    (role,) = by_kind(custom_docs, "Role").values()
-    assert role["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
-                              "verbs": ["create", "patch"]}]
-    (binding,) = by_kind(custom_docs, "RoleBinding").values()
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                  "name": role["metadata"]["name"]}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "studies-runner", "namespace": "studies"}]
-    assert set(by_kind(custom_docs, "ServiceAccount")) == {"studies-runner"}
+    assert kinds == sorted([*["ServiceAccount", "Role", "RoleBinding"] * 2, "ConfigMap", "ConfigMap",
+                            "CronWorkflow", "CronWorkflow", "NetworkPolicy", *["WorkflowTemplate"] * len(library())])
+    task_results = {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]}
+    roles, bindings = by_kind(custom_docs, "Role"), by_kind(custom_docs, "RoleBinding")
+    # the steps' account: only the executor's task results, never the Workflows themselves
+    assert roles["studies-runner-executor"]["rules"] == [task_results]
+    # the queue watch's: read and stop Workflows (a merge patch), and its own task results
+    assert roles["studies-runner-queue-watch"]["rules"] == [
+        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["get", "list", "patch"]}, task_results]
+    for account, role in (("studies-runner", "studies-runner-executor"),
+                          ("studies-runner-queue-watch", "studies-runner-queue-watch")):
+        (binding,) = [b for b in bindings.values() if b["roleRef"]["name"] == role]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "studies"}]
+    assert set(by_kind(custom_docs, "ServiceAccount")) == {"studies-runner", "studies-runner-queue-watch"}
+    # only the queue watch's WorkflowTemplate runs as the account that may stop Workflows
+    watchers = {name for name, d in by_kind(custom_docs, "WorkflowTemplate").items()
+                if "studies-runner-queue-watch" in {d["spec"].get("serviceAccountName"),
+                                                    *(t.get("serviceAccountName") for t in d["spec"]["templates"])}}
+    assert watchers == {"bertology-queue-watch"}
+
+
+def test_queue_watch_runs_its_template_with_the_limits_of_the_values(default_docs, custom_docs):
+    for docs, values in ((default_docs, chart_values()), (custom_docs, chart_values(CUSTOM))):
+        watch = values["queueWatch"]
+        cron = by_kind(docs, "CronWorkflow")["bertology-queue-watch"]["spec"]
+        assert cron["schedules"] == [watch["schedule"]] and cron["concurrencyPolicy"] == "Forbid"
+        assert cron["workflowSpec"]["workflowTemplateRef"] == {"name": "bertology-queue-watch"}
+        assert cron["workflowSpec"]["arguments"]["parameters"] == [
+            {"name": "queue_limit", "value": watch["queueLimit"]},
+            {"name": "scheduling_limit", "value": watch["schedulingLimit"]},
+            {"name": "dry_run", "value": str(watch["dryRun"]).lower()}]
+    # the template's own defaults are the chart's
+    defaults = {p["name"]: p["value"] for p in library()["bertology-queue-watch"]["spec"]["arguments"]["parameters"]}
+    assert defaults == {"queue_limit": chart_values()["queueWatch"]["queueLimit"],
+                        "scheduling_limit": chart_values()["queueWatch"]["schedulingLimit"], "dry_run": "false"}
+
+
+def test_queue_watch_can_be_left_out_with_its_account():
+    docs = render("--set", "queueWatch.enabled=false")
+    names = {d["metadata"]["name"] for d in docs}
+    assert not {n for n in names if "queue-watch" in n}
+    assert "bertology-study" in by_kind(docs, "WorkflowTemplate")
 
 
 def test_every_step_pod_is_non_root_with_a_read_only_root_filesystem(default_docs):
@@ -356,6 +396,9 @@ def test_every_step_pod_is_non_root_with_a_read_only_root_filesystem(default_doc
     ("nightly.priority=3000000000", "at '/nightly/priority': maximum:"),
     ("nightly.timezone=CET", "additional properties 'timezone' not allowed"),
     ("images.allowPlaceholder=maybe", "at '/images/allowPlaceholder': got string, want boolean"),
+    ("queueWatch.queueLimit=3 days", "at '/queueWatch/queueLimit': '3 days' does not match pattern"),
+    ("queueWatch.schedulingLimit=-1h", "at '/queueWatch/schedulingLimit': '-1h' does not match pattern"),
+    ("queueWatch.dryRun=perhaps", "at '/queueWatch/dryRun': got string, want boolean"),
 ])
 def test_schema_rejects_bad_values_by_name(setting, message):
     result = helm_template("--set", setting)

@@ -89,17 +89,21 @@ def test_every_pod_of_the_chart_and_every_workflow_passes_the_restricted_standar
     found = every_pod(chart_dir, executor)
     library = load_library(LIBRARY)
     pod_templates = {t["name"] for s in library.values() for t in s.spec["templates"] if "container" in t}
-    assert len(pod_templates) == 11 and "verdict" in pod_templates  # the nightly's exit handler too
+    # the nightly's exit handler too, and the queue watch's pass
+    assert len(pod_templates) == 12 and {"verdict", "watch"} <= pod_templates
     for install in ("chart", "kubectl apply"):
-        # every pod template of the library is reached, as a WorkflowTemplate's and through some workflow
+        # every pod template of the library is reached, as a WorkflowTemplate's and through some workflow (the
+        # queue watch's through the chart's CronWorkflow; without the chart it is submitted from its template)
         assert {template_name(p) for k, v in found.items() if k.startswith(f"{install}: WorkflowTemplate")
                 for p in v} == pod_templates
         workflows = (f"{install}: Workflow-", f"{install}: CronWorkflow")
-        assert {template_name(p) for k, v in found.items() if k.startswith(workflows) for p in v} == pod_templates
+        reached = pod_templates if install == "chart" else pod_templates - {"watch"}
+        assert {template_name(p) for k, v in found.items() if k.startswith(workflows) for p in v} == reached
         study = found[f"{install}: Workflow-reversed-layers"]
         assert STUDY_STEPS <= {template_name(p) for p in study}
         assert {template_name(p) for p in found[f"{install}: CronWorkflow-bertology-nightly-regression"]} >= \
             STUDY_STEPS | {"regress", "verdict"}
+    assert {template_name(p) for p in found["chart: CronWorkflow-bertology-queue-watch"]} == {"watch"}
     checked = [(k, p) for k, v in found.items() for p in v]
     assert len(checked) > 200
     for where, pod in checked:

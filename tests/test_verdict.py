@@ -96,9 +96,33 @@ def test_the_verdict_leaves_its_line_as_the_termination_message(tmp_path, monkey
     assert verdict.main(["--status", "Succeeded", "--failures", "[not json"]) == 2
 
 
+def test_a_workflow_the_queue_watch_stopped_says_so_first(tmp_path, monkeypatch):
+    """The watch's line (the annotation it left, in {{workflow.annotations.json}}: json.Marshal of the
+    Workflow's annotations, `null` when there are none) comes first; the nodes the stop failed ("Stopped with
+    strategy 'Stop'", operator.go failNodesWithoutCreatedPodsAfterDeadlineOrShutdown) add nothing, a step
+    that failed on its own is still named."""
+    log = tmp_path / "termination-log"
+    monkeypatch.setenv("BERTOLOGY_TERMINATION_LOG", str(log))
+    why = ("stopped by the queue watch: cell(3:ab).finetune waited 7d 2h for semaphore "
+           "studies/ConfigMap/bertology-semaphores/gpu, past the queue limit of 7d (chart value queueWatch.queueLimit)")
+    annotations = json.dumps({"bertology.io/stopped-by-queue-watch": why, "workflows.argoproj.io/pod-name-format": "v2"})
+    stopped = [failed("finetune", "finetune", "Stopped with strategy 'Stop'"),
+               failed("aggregate", "aggregate", "Stopped with strategy 'Stop'")]
+    args = ["--status", "Failed", "--failures", json.dumps(json.dumps(stopped)), "--annotations", annotations]
+    assert verdict.main(args) == 1
+    assert log.read_text() == why
+    own = [*stopped, failed("analyze", "analyze", "main: Error (exit code 1): error: no such layer 13")]
+    assert verdict.main([*args[:3], json.dumps(json.dumps(own)), *args[4:]]) == 1
+    assert log.read_text() == why + "; besides, analyze failed: no such layer 13"
+    # no annotations at all (`null`), or none of the watch's: the verdict as before
+    for none in ("null", json.dumps({"other": "x"})):
+        assert verdict.main(["--status", "Succeeded", "--failures", json.dumps("[]"), "--annotations", none]) == 0
+
+
 def test_every_step_of_the_library_is_one_the_verdict_orders():
     library = load_library(TEMPLATES)
-    steps = {t["name"] for s in library.values() for t in s.spec["templates"] if "container" in t} - {"verdict"}
+    # the queue watch (`watch`) runs in a Workflow of its own, never in a study
+    steps = {t["name"] for s in library.values() for t in s.spec["templates"] if "container" in t} - {"verdict", "watch"}
     dags = {t["name"] for s in library.values() for t in s.spec["templates"] if "dag" in t}
     assert steps <= set(verdict.ORDER), steps - set(verdict.ORDER)
     assert dags <= set(verdict.DAGS), dags - set(verdict.DAGS)
@@ -120,7 +144,8 @@ def test_every_study_ends_in_the_same_verdict_with_a_timeout(name):
     assert handler == reference
     assert handler["timeout"] == "10m" and "activeDeadlineSeconds" not in handler and "retryStrategy" not in handler
     assert handler["container"]["command"] == ["python", "-m", "jobs.verdict"]
-    assert handler["container"]["args"] == ["--status", "{{workflow.status}}", "--failures", "{{workflow.failures}}"]
+    assert handler["container"]["args"] == ["--status", "{{workflow.status}}", "--failures", "{{workflow.failures}}",
+                                            "--annotations", "{{workflow.annotations.json}}"]
     (entry,) = [t for t in spec["templates"] if t["name"] == spec["entrypoint"]]
     tasks = entry["dag"]["tasks"]
     depended = {d for t in tasks for d in str(t.get("depends", "")).replace(".", " ").split()}

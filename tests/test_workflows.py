@@ -128,14 +128,23 @@ def test_pods_run_as_the_service_account_the_platform_grants_task_results():
     """docs/workflow-rbac.md: pods run as spec.serviceAccountName, else the namespace's `default`; the
     emissary executor needs create and patch on workflowtaskresults. workflows/templates/ alone (no
     chart) provides both, and the store ConfigMap carries the label Argo requires of a parameter ConfigMap."""
-    platform = {d["kind"]: d for d in load_documents(TEMPLATES / "platform.yaml") if d["kind"] != "ConfigMap"}
-    maps = {d["metadata"]["name"]: d for d in load_documents(TEMPLATES / "platform.yaml") if d["kind"] == "ConfigMap"}
-    account = platform["ServiceAccount"]["metadata"]["name"]
-    assert platform["Role"]["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
-                                          "verbs": ["create", "patch"]}]
-    assert platform["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": account}]
-    assert platform["RoleBinding"]["roleRef"]["name"] == platform["Role"]["metadata"]["name"]
+    docs = load_documents(TEMPLATES / "platform.yaml")
+    maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    task_results = {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]}
+    rules = {"bertology": [task_results],
+             # the queue watch's own account: read and stop Workflows (queue-watch.yaml), besides its task results
+             "bertology-queue-watch": [{"apiGroups": ["argoproj.io"], "resources": ["workflows"],
+                                        "verbs": ["get", "list", "patch"]}, task_results]}
+    accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
+    assert accounts == set(rules)
+    for account, expected in rules.items():
+        (binding,) = [d for d in docs if d["kind"] == "RoleBinding" and d["subjects"] == [
+            {"kind": "ServiceAccount", "name": account}]]
+        (role,) = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == binding["roleRef"]["name"]]
+        assert role["rules"] == expected, account
+    account = "bertology"
     library = load_library(TEMPLATES)
+    assert library["bertology-queue-watch"].spec["serviceAccountName"] == "bertology-queue-watch"
     runnable = ["bertology-study", "bertology-vocab-overlap", "bertology-nightly-regression"]
     for name in runnable:
         spec = library[name].spec

@@ -21,8 +21,13 @@ Context: dict with doc (the parsed document), path (its file) and root (the char
 {{- end }}
 {{- $labels := include "bertology.labels" $root | fromYaml }}
 {{- $_ := set $doc.metadata "labels" (merge (dig "metadata" "labels" dict $doc) $labels) }}
+{{- /* the queue watch runs as an account of its own (rbac.yaml); every other template as the steps' */ -}}
+{{- $account := $root.Values.serviceAccount.name }}
+{{- if eq (toString $doc.spec.serviceAccountName) "bertology-queue-watch" }}
+{{- $account = printf "%s-queue-watch" $root.Values.serviceAccount.name }}
+{{- end }}
 {{- if hasKey $doc.spec "serviceAccountName" }}
-{{- $_ := set $doc.spec "serviceAccountName" $root.Values.serviceAccount.name }}
+{{- $_ := set $doc.spec "serviceAccountName" $account }}
 {{- end }}
 {{- range $t := $doc.spec.templates }}
 {{- with $t.container }}
@@ -79,7 +84,7 @@ Context: dict with doc (the parsed document), path (its file) and root (the char
 {{- $_ := set $t "tolerations" . }}
 {{- end }}
 {{- end }}
-{{- $_ := set $t "serviceAccountName" $root.Values.serviceAccount.name }}
+{{- $_ := set $t "serviceAccountName" $account }}
 {{- end }}
 {{- end }}
 {{- toYaml $doc }}

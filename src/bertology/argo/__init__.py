@@ -2,7 +2,7 @@
 
 documents: the YAML as documents (loading, the WorkflowTemplate library), shared by both.
 validate: strict schema (hera's models, unknown keys forbidden), Argo's own rules, reference checks.
-runner:   executes a Workflow / CronWorkflow on this machine with Argo's semantics (DESIGN §8).
+runner:   executes a Workflow / CronWorkflow on this machine with Argo's semantics (docs/runner.md).
 """
 
 from bertology.argo.documents import load_documents

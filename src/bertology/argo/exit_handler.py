@@ -52,8 +52,9 @@ def _rfc3339(seconds: float | None) -> str | None:
     return None if seconds is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-def _go_marshal(value: Any) -> str:
-    """encoding/json Marshal: struct fields in order, and <, >, & escaped for HTML."""
+def go_marshal(value: Any) -> str:
+    """encoding/json Marshal: struct fields in order (a Go map's keys come sorted: sort them before), and <, >,
+    & escaped for HTML."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
@@ -75,7 +76,7 @@ def failures(nodes: Iterable[Any], pod_name) -> str:
         if node.retried:
             entries += [entry(f"{node.name}({i})", node.template, a.phase, a.message, a.finished)
                         for i, a in enumerate(node.tries) if a.phase in ("Failed", "Error")]
-    return go_quote(_go_marshal(entries))
+    return go_quote(go_marshal(entries))
 
 
 def parse_failures(text: str) -> list[dict]:

@@ -151,6 +151,17 @@ def _workflow_parameters(spec: dict, params: dict[str, str], label: str,
     return values
 
 
+def _workflow_annotations(source: Source) -> dict[str, str]:
+    """The Workflow's annotations: its own, or for a CronWorkflow's Workflow those of its workflowMetadata
+    and the scheduled time (workflow/common/convert.go `ConvertCronWorkflowToWorkflowWithProperties`,
+    `toWorkflow`)."""
+    if source.kind == "CronWorkflow":
+        meta = (source.doc.get("spec") or {}).get("workflowMetadata") or {}
+        scheduled = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return {"workflows.argoproj.io/scheduled-time": scheduled, **(meta.get("annotations") or {})}
+    return dict((source.doc.get("metadata") or {}).get("annotations") or {})
+
+
 def _workflow_name(source: Source) -> str:
     meta = source.doc.get("metadata") or {}
     if source.kind == "CronWorkflow":
@@ -225,6 +236,9 @@ def prepare(path: str | Path, *, params: dict[str, str], templates_dir: str | Pa
     name = _workflow_name(source)
     globals_ = {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local",
                 "workflow.status": "Running",
+                # operator.go setGlobalParameters: json.Marshal of the map (keys sorted; `null` when none)
+                "workflow.annotations.json": exit_handler.go_marshal(
+                    dict(sorted(_workflow_annotations(source).items())) or None),
                 **{f"workflow.parameters.{k}": v for k, v in values.items()}}
     return Prepared(source, spec, templates, library, values, name, globals_, min(caps) if caps else 1 << 30, limits,
                     _priority(source, templates, priority))

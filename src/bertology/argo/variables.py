@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from bertology.argo.documents import parameter_names
 
-BUILTINS = ("workflow.name", "workflow.uid", "workflow.namespace", "workflow.status", "pod.name", "retries")
+BUILTINS = ("workflow.name", "workflow.uid", "workflow.namespace", "workflow.status", "workflow.annotations.json",
+            "pod.name", "retries")
 # validate.go: `workflow.failures` is set only for the onExit template (after the entrypoint is validated)
 EXIT_ONLY = ("workflow.failures",)
 

@@ -11,7 +11,9 @@ pod left (the step's `error: …` line, from its termination message, else its e
 the kubelet or Argo gave). A pod killed for memory or evicted for its local storage is not retried (the
 step library's retryStrategy): its cause names the limit to raise. It exits 1 with that line as its
 termination message, which becomes the Workflow's message, or 0 when nothing failed. Exit 2: arguments it
-cannot read.
+cannot read. A Workflow that the queue watch stopped says so first, with the watch's own line (from the
+Workflow's annotations, bertology.argo.queue_watch); the nodes that the stop failed ("Stopped with strategy
+'Stop'") add nothing to it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import re
 import sys
 
 from bertology.argo.exit_handler import parse_failures
+from bertology.argo.queue_watch import reason_from_annotations
 from bertology.errors import EXIT_BAD_INPUT
 from bertology.steps.harness import leave_cause
 
@@ -32,6 +35,7 @@ ATTEMPT = re.compile(r"\(\d+\)$")  # a retried step's pod: `analyze(2)` (the Ret
 # without the container's name)
 POD_MESSAGE = re.compile(r"^(?:main: )?(\w+) \(exit code (-?\d+)\)(?:: (.*))?$", re.DOTALL)
 MAX_CAUSE = 300
+STOPPED = "Stopped with strategy "  # operator.go: every node a shutdown failed, and the Workflow's message
 # The limits a pod can run into that a retry cannot help, by what the node's message says (the kubelet's
 # eviction messages, pkg/kubelet/eviction/helpers.go emptyDirMessageFmt, podEphemeralStorageMessageFmt,
 # containerEphemeralStorageMessageFmt; the container's reason OOMKilled) and what to raise.
@@ -90,13 +94,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m jobs.verdict", description="bertology exit handler: verdict")
     p.add_argument("--status", required=True, help="{{workflow.status}}")
     p.add_argument("--failures", default="", help="{{workflow.failures}}")
+    p.add_argument("--annotations", default="", help="{{workflow.annotations.json}}")
     args = p.parse_args(argv)
     try:
         failures = parse_failures(args.failures)
     except ValueError as e:
         print(f"error: --failures is not the JSON Argo passes as {{{{workflow.failures}}}}: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    line = judge(args.status, failures)
+    stopped = reason_from_annotations(args.annotations)
+    if stopped:
+        rest = judge("Succeeded", [f for f in failures if not str(f.get("message", "")).startswith(STOPPED)])
+        line = stopped + (f"; besides, {rest}" if rest else "")
+    else:
+        line = judge(args.status, failures)
     if line is None:
         print(f"workflow {args.status}: no step failed", flush=True)
         return 0
