@@ -483,3 +483,27 @@ def test_an_argo_version_outside_the_supported_ones_is_refused(tmp_path, version
     with pytest.raises(BadInput, match=f"Argo version '{version}' is not .*allowed: a version from 3.6.19 to 4.1.x"):
         run_workflow(path, params={}, templates_dir=tmp_path / "templates", workdir=tmp_path / "work",
                      project_root=tmp_path, log=lambda _: None, argo_version=version)
+
+
+@pytest.mark.parametrize("annotations, expected", [
+    (None, "null"),  # json.Marshal of a nil map
+    ({"z": "last", "a": "<first>", "bertology.io/stopped-by-queue-watch": "why"},
+     '{"a":"\\u003cfirst\\u003e","bertology.io/stopped-by-queue-watch":"why","z":"last"}'),
+])
+def test_workflow_annotations_json_is_go_s_marshal_of_the_workflow_s_annotations(tmp_path, annotations, expected):
+    """operator.go setGlobalParameters: `workflow.annotations.json` = json.Marshal(woc.wf.Annotations), keys
+    sorted and <, >, & escaped as encoding/json does; the exit handler verdict reads the queue watch's line
+    from it."""
+    show = _script("show", "import os, sys; open(os.environ['O'] + '/seen', 'w').write(sys.argv[1])", outputs=["seen"])
+    show["container"]["args"] = ["{{workflow.annotations.json}}"]
+    show["container"]["env"] = [{"name": "O", "value": "/tmp/outputs"}]
+    meta = {"name": "annotated", **({"annotations": annotations} if annotations else {})}
+    path = tmp_path / "wf.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": meta,
+                                    "spec": {"entrypoint": "show", "templates": [show]}}, sort_keys=False))
+    (tmp_path / "templates").mkdir()
+    result = run_workflow(path, params={}, templates_dir=tmp_path / "templates", workdir=tmp_path / "work",
+                          project_root=tmp_path, log=lambda _: None)
+    assert result.succeeded, result.message
+    (node,) = result.nodes.values()
+    assert node.outputs["seen"] == expected

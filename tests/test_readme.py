@@ -18,7 +18,7 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#([^)\s]*))?\)|<img src=\"([^\"]+)\"")
 def test_the_readme_is_short_and_in_a_newcomers_order():
     assert len(README.splitlines()) <= 250
     sections = re.findall(r"^## (.+)$", README, re.MULTILINE)
-    assert sections == ["The four reports", "Two commands", "A report", "The studies", "On a cluster",
+    assert sections == ["The four reports", "On one machine, first", "A report", "The studies", "On a cluster",
                         "From a notebook", "Documentation"]
 
 
