@@ -221,7 +221,10 @@ def test_an_oom_kill_exits_137_and_is_not_retried_as_the_template_says(built, bu
                                 limited("transient-once", TRANSIENT_ONCE, [{"name": "ATTEMPT", "value": "{{retries}}"}]),
                                 limited("bad-input", "raise SystemExit(2)")],
                      [{"name": n, "template": n} for n in ("always-oom", "transient-once", "bad-input")])
+    checkout = set(REPO.iterdir())
     result, lines = _run(path, f"s3://{bucket}/store", tmp_path)
+    # what the engine leaves in its working directory (conmon's `oom` file) stays in the pod's, which goes
+    assert set(REPO.iterdir()) == checkout
     always, once, bad = (result.nodes[n] for n in ("always-oom", "transient-once", "bad-input"))
     assert (always.phase, always.exit_code, always.attempts) == ("Failed", 137, 1), lines
     # the Retry node says why it stopped (operator.go processNodeRetries); its attempt, why it failed

@@ -276,8 +276,10 @@ class Pod(subprocess.Popen):
                                      {**self.volumes, TERMINATION_LOG: self.termination})
         with engine._lock:
             engine.running.add(self.name)
+        # in the pod's own directory: what the engine leaves in its working directory (conmon writes a file
+        # `oom` there when the kernel kills the container for memory) goes with the pod, not into the checkout
         super().__init__(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                         start_new_session=True, preexec_fn=die_with_parent)
+                         start_new_session=True, preexec_fn=die_with_parent, cwd=self.pod_dir)
         if self.limits:
             threading.Thread(target=self._watch_storage, daemon=True).start()
 
