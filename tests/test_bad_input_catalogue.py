@@ -387,9 +387,9 @@ def test_a_misspelt_name_is_refused_without_importing_torch(tmp, subprocess_env)
 
 
 def test_the_intervention_catalog_is_the_registry_s():
-    """bertology.interventions.catalog holds, without torch, what the registry's modules declare: the names
-    in the registry's order, each one's DEFAULTS and RANDOM, the listed values of a parameter (reinit's
-    scopes, shuffle-embeddings' others, match-moments' match) and the true-or-false ones (ALLOWED's bool)."""
+    """bertology.interventions.catalog holds, without torch, what the registry serves: the names in the
+    registry's order, each one's defaults and randomness, the listed values of a parameter (reinit's scopes,
+    shuffle-embeddings' others, match-moments' match) and the true-or-false ones (ALLOWED's bool)."""
     from bertology.interventions import REGISTRY, catalog, match_moments, reinit, shuffle_embeddings
 
     assert list(catalog.CATALOG) == list(REGISTRY)

@@ -4,9 +4,9 @@ name in about a second), and what the registry checks first, so both say it the 
 
 An entry holds what a check needs no model config for: the defaults (the parameters, None for a
 required one), whether it draws random numbers, the parameters whose values are a fixed list, and those
-that are true or false. Each module (bertology.interventions.<module>, which imports torch) takes its
-DEFAULTS, RANDOM and value lists from its entry, so they are said once; the registry is built in this
-table's order. The checks that need the model's config (layer and head
+that are true or false. The registry takes each intervention's defaults and randomness from here, and a
+module (bertology.interventions.<module>, which imports torch) its value lists, so they are said once; the
+registry is built in this table's order. The checks that need the model's config (layer and head
 indices against its depth, tensor globs against its parameter names, a donor's hidden size) stay in the
 modules.
 """
@@ -24,8 +24,8 @@ from bertology.errors import BadInput, choices
 @dataclass(frozen=True)
 class Entry:
     module: str  # bertology.interventions.<module>: the code
-    defaults: dict  # the module's DEFAULTS
-    random: bool  # the module's RANDOM
+    defaults: dict  # every parameter, None for a required one
+    random: bool  # draws from the chain's generator: a new seed gives a new checkpoint
     enums: dict[str, tuple[str, ...]] = field(default_factory=dict)  # a parameter's allowed values
     flags: tuple[str, ...] = ()  # the parameters that are true or false
 

@@ -30,9 +30,7 @@ from bertology.interventions import tensor_globs
 from bertology.interventions.catalog import CATALOG
 from bertology.sampling import trunc_normal_
 
-ENTRY = CATALOG["match-moments"]  # DEFAULTS, RANDOM and listed values: one source, torch-free
-RANDOM = ENTRY.random  # draws from the chain's generator: a new seed gives a new checkpoint
-DEFAULTS: dict = ENTRY.defaults
+ENTRY = CATALOG["match-moments"]  # its defaults, randomness and listed values: one source, torch-free
 MATCHES = ENTRY.enums["match"]
 # each parameter's (type, allowed values), as `bertology interventions` lists them
 ALLOWED: dict[str, tuple[str, str]] = {

@@ -26,12 +26,8 @@ from torch import nn
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from bertology.interventions import tensor_globs
-from bertology.interventions.catalog import CATALOG
 from bertology.sampling import child_seeds, permutation
 
-ENTRY = CATALOG["permute-within"]  # DEFAULTS, RANDOM and listed values: one source, torch-free
-RANDOM = ENTRY.random  # draws from the chain's generator: a new seed gives a new checkpoint
-DEFAULTS: dict = ENTRY.defaults
 # each parameter's (type, allowed values), as `bertology interventions` lists them
 ALLOWED: dict[str, tuple[str, str]] = {
     "tensors": ("list[str]", ('parameter-name globs, each matching a tensor, e.g. ["*.attention.self.*.weight"]; '

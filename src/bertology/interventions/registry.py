@@ -1,19 +1,20 @@
 """The registry of interventions, and how a chain of them is validated and applied.
 
-Each intervention is a module with a fixed shape (a docstring whose first line says what it does, DEFAULTS
-listing every parameter with None for a required one, ALLOWED giving each of them its type and allowed
-values in words, as `bertology interventions` shows them (`check` enforces them), `check(params, config)`
-and `apply(model, tokenizer, params, generator)`, RANDOM saying whether it draws from the generator, plus
-`config_after(params, config)` where it changes the config, e.g. the depth, and `facts(model, tokenizer,
-params)` where the manifest should record what the comparison cannot see, e.g. which embedding rows a
-shuffle kept); the registry makes an entry of each. RANDOM is what lets a study give each training seed
+Each intervention is an entry of bertology.interventions.catalog (its defaults, listing every parameter with
+None for a required one, and whether it draws from the generator) and a module with a fixed shape (a
+docstring whose first line says what it does, ALLOWED giving each parameter its type and allowed values in
+words, as `bertology interventions` shows them (`check` enforces them), `check(params, config)` and
+`apply(model, tokenizer, params, generator)`, plus `config_after(params, config)` where it changes the
+config, e.g. the depth, and `facts(model, tokenizer, params)` where the manifest should record what the
+comparison cannot see, e.g. which embedding rows a shuffle kept); the registry makes one Intervention of
+the two. Whether it is random is what lets a study give each training seed
 its own draw of a random intervention (the monolingual report ran each experiment "with no fixed random
 seed") while a deterministic chain stays one checkpoint for all seeds. Validation needs only the config,
 so a study is refused before any weights load; application snapshots the model first and compares
 afterwards, so the manifest says exactly which tensors changed. The names, parameters and the checks that
 need no config are also in bertology.interventions.catalog, without torch: the registry is built in its
-order, each module takes its defaults and value lists from its entry, and a step is checked by it before
-the module's own `check`.
+order, takes each one's defaults and randomness from its entry (a module takes its listed values from it
+too), and a step is checked by it before the module's own `check`.
 """
 
 from __future__ import annotations
@@ -51,12 +52,12 @@ class Intervention:
     allowed: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @classmethod
-    def from_module(cls, name: str, module: ModuleType) -> Intervention:
+    def from_module(cls, name: str, entry: catalog.Entry, module: ModuleType) -> Intervention:
         doc = (module.__doc__ or "").strip().splitlines()[0]
-        defaults = copy.deepcopy(module.DEFAULTS)
+        defaults = copy.deepcopy(entry.defaults)
         if set(module.ALLOWED) != set(defaults):
-            raise AssertionError(f"{name}: ALLOWED must describe exactly the parameters of DEFAULTS")
-        return cls(name, doc, defaults, module.check, module.apply, module.RANDOM,
+            raise AssertionError(f"{name}: ALLOWED must describe exactly the parameters of its catalog entry")
+        return cls(name, doc, defaults, module.check, module.apply, entry.random,
                    getattr(module, "config_after", None), getattr(module, "facts", None), dict(module.ALLOWED))
 
     def validate(self, params: dict, config: PretrainedConfig) -> dict:
@@ -73,7 +74,7 @@ class Intervention:
 
 
 REGISTRY: dict[str, Intervention] = {
-    name: Intervention.from_module(name, importlib.import_module(f"bertology.interventions.{entry.module}"))
+    name: Intervention.from_module(name, entry, importlib.import_module(f"bertology.interventions.{entry.module}"))
     for name, entry in catalog.CATALOG.items()
 }
 

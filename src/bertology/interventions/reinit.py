@@ -44,9 +44,7 @@ from bertology.interventions.catalog import CATALOG
 from bertology.sampling import trunc_normal_
 from bertology.weight_init import reinit_modules
 
-ENTRY = CATALOG["reinit"]  # DEFAULTS, RANDOM and listed values: one source, torch-free
-RANDOM = ENTRY.random  # draws from the chain's generator: a new seed gives a new checkpoint
-DEFAULTS: dict = ENTRY.defaults
+ENTRY = CATALOG["reinit"]  # its defaults, randomness and listed values: one source, torch-free
 SCOPES = ENTRY.enums["scope"]
 # each parameter's (type, allowed values), as `bertology interventions` lists them
 ALLOWED: dict[str, tuple[str, str]] = {
@@ -71,7 +69,7 @@ def check(params: dict, config: PretrainedConfig) -> None:
         raise BadInput(f"reinit std {std!r} is not allowed; allowed: a finite number > 0 (BERT uses 0.02)")
     for owner, names in _SCOPE_PARAMS.items():
         for name in names:
-            if scope != owner and params[name] != DEFAULTS[name]:
+            if scope != owner and params[name] != ENTRY.defaults[name]:
                 raise BadInput(f"reinit parameter {name!r} applies only to scope {owner!r}, not {scope!r}")
     for flag in ("layer_norms", "biases", "output_columns"):
         if not isinstance(params[flag], bool):

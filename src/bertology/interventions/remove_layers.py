@@ -18,11 +18,7 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from bertology.errors import BadInput
 from bertology.interventions import parts, selection
-from bertology.interventions.catalog import CATALOG
 
-ENTRY = CATALOG["remove-layers"]  # DEFAULTS, RANDOM and listed values: one source, torch-free
-RANDOM = ENTRY.random  # draws no random numbers: every seed gives the same checkpoint
-DEFAULTS: dict = ENTRY.defaults
 # each parameter's (type, allowed values), as `bertology interventions` lists them
 ALLOWED: dict[str, tuple[str, str]] = {
     "layers": ("str | list[int]", ('required: "last:K" (drop the last K), "every:N" (keep layers 0, N, 2N, ...) or '

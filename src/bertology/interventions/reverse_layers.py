@@ -11,14 +11,10 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-from bertology.interventions.catalog import CATALOG
 from bertology.interventions.parts import encoder_layers, renumber
 
-__all__ = ["ALLOWED", "DEFAULTS", "RANDOM", "apply", "check", "encoder_layers", "reverse_encoder_layers"]
+__all__ = ["ALLOWED", "apply", "check", "encoder_layers", "reverse_encoder_layers"]
 
-ENTRY = CATALOG["reverse-layers"]  # DEFAULTS, RANDOM and listed values: one source, torch-free
-RANDOM = ENTRY.random  # draws no random numbers: every seed gives the same checkpoint
-DEFAULTS: dict = ENTRY.defaults
 # each parameter's (type, allowed values), as `bertology interventions` lists them
 ALLOWED: dict[str, tuple[str, str]] = {}
 

@@ -41,9 +41,7 @@ from bertology.interventions.catalog import CATALOG
 from bertology.sampling import permutation
 from bertology.vocab import is_english_like
 
-ENTRY = CATALOG["shuffle-embeddings"]  # DEFAULTS, RANDOM and listed values: one source, torch-free
-RANDOM = ENTRY.random  # draws from the chain's generator: a new seed gives a new checkpoint
-DEFAULTS: dict = ENTRY.defaults
+ENTRY = CATALOG["shuffle-embeddings"]  # its defaults, randomness and listed values: one source, torch-free
 OTHERS = ENTRY.enums["others"]
 # each parameter's (type, allowed values), as `bertology interventions` lists them
 ALLOWED: dict[str, tuple[str, str]] = {

@@ -24,11 +24,7 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from bertology import models
 from bertology.errors import BadInput
 from bertology.interventions import parts
-from bertology.interventions.catalog import CATALOG
 
-ENTRY = CATALOG["swap-embeddings"]  # DEFAULTS, RANDOM and listed values: one source, torch-free
-RANDOM = ENTRY.random  # draws no random numbers: every seed gives the same checkpoint
-DEFAULTS: dict = ENTRY.defaults
 # each parameter's (type, allowed values), as `bertology interventions` lists them
 ALLOWED: dict[str, tuple[str, str]] = {
     "donor": ("str", ("required: a model reference (hub id, dir:PATH or ./path, package:..., tiny:bert; not a store "
