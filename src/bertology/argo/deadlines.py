@@ -45,6 +45,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bertology.argo import durations
+
 KUBELET_MESSAGE = "Pod was active on the node longer than the specified deadline"
 WORKFLOW_MESSAGE = "Step exceeded its deadline"
 REFUSED = {
@@ -83,11 +85,10 @@ def timeout_seconds(value: Any) -> float | None:
     if isinstance(value, (int, float)) or re.fullmatch(r"[+-]?\d+", text):
         raise DeadlineError(f"timeout '{text}' is a whole number (allowed: a duration such as 10m or 90s; "
                             f"validate.go: 'has invalid duration format in timeout')")
-    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-    parts = re.findall(r"(\d+(?:\.\d+)?|\.\d+)(ns|us|µs|ms|s|m|h)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
+    found = durations.seconds(text, number=r"\d+(?:\.\d+)?|\.\d+")
+    if found is None:
         raise DeadlineError(f"timeout '{text}' is not a duration (allowed: a duration such as 10m or 90s)")
-    return sum(float(n) * units[u] for n, u in parts)
+    return found
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,11 @@ Follows, in argoproj/argo-workflows (v3.6.19, v3.7.18, v4.1.2):
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from bertology.argo import durations
 from bertology.errors import BadInput
 
 # The annotation the watch leaves on a Workflow it stopped: the one line saying why.
@@ -43,7 +43,6 @@ SEMAPHORES = "/ConfigMap/bertology-semaphores/"  # the lock names of the chart's
 UNSCHEDULABLE = "Unschedulable"  # operator.go getPendingReason: the PodScheduled condition's reason[: its message]
 ACTIVE = ("", "Pending", "Running")  # WorkflowPhase values of a Workflow not yet done
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 
 
 def parse_duration(text: str, what: str) -> float:
@@ -52,11 +51,11 @@ def parse_duration(text: str, what: str) -> float:
     value = str(text).strip()
     if value == "0":
         return 0.0
-    parts = _DURATION.findall(value)
-    if not value or "".join(n + u for n, u in parts) != value:
+    found = durations.seconds(value, _UNITS)
+    if found is None:
         raise BadInput(f"{what} '{text}' is not a duration (allowed: a number with d, h, m or s, such as 30m, "
                        f"6h, 1h30m or 7d; 0 for no limit)")
-    return sum(float(n) * _UNITS[u] for n, u in parts)
+    return found
 
 
 def duration(seconds: float) -> str:

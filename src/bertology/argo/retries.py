@@ -33,11 +33,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from bertology.argo import durations
 from bertology.argo.expressions import evaluate_retry, parse_retry
 
 POLICIES = ("Always", "OnFailure", "OnError")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class RetryError(ValueError):
@@ -49,9 +48,10 @@ def seconds(duration: Any) -> float:
     text = str(duration).strip()
     if re.fullmatch(r"\d+", text):
         return float(text)
-    if not re.fullmatch(f"(?:{_DURATION.pattern})+", text):
+    found = durations.seconds(text)
+    if found is None:
         raise RetryError(f"retryStrategy duration {text!r} is not a duration like 30s, 2m or 1h")
-    return sum(float(n) * _UNIT_S[unit] for n, unit in _DURATION.findall(text))
+    return found
 
 
 def exit_code(returncode: int) -> int:
