@@ -108,7 +108,7 @@ def test_only_running_bertology_workflows_nobody_stopped_are_watched():
 
 
 def test_the_reason_reaches_the_verdict_through_the_annotations_json():
-    reason = qw.stop_reason([qw.Breach("wf", "n", 10, 5, lock=LOCK)])
+    reason = qw.stop_reason([qw.Breach("n", 10, 5, lock=LOCK)])
     patch = qw.stop_patch(reason)
     assert patch == {"metadata": {"annotations": {qw.ANNOTATION: reason}}, "spec": {"shutdown": "Stop"}}
     assert qw.reason_from_annotations(json.dumps(patch["metadata"]["annotations"])) == reason

@@ -81,7 +81,6 @@ def _time(text: str | None) -> datetime | None:
 class Breach:
     """A node of a Workflow past one of the watch's limits."""
 
-    workflow: str
     node: str  # the node's name below its Workflow: `cell(3:1f2e…).finetune`
     waited_s: float
     limit_s: float
@@ -119,10 +118,10 @@ def breaches(workflow: dict, now: datetime, queue_limit_s: float, scheduling_lim
         lock = (node.get("synchronizationStatus") or {}).get("waiting") or ""
         message = node.get("message") or ""
         if lock and SEMAPHORES in lock and queue_limit_s and waited > queue_limit_s:
-            found.append(Breach(name, short, waited, queue_limit_s, lock=lock))
+            found.append(Breach(short, waited, queue_limit_s, lock=lock))
         elif (node.get("type") == "Pod" and message.split(":")[0] == UNSCHEDULABLE and scheduling_limit_s
               and waited > scheduling_limit_s):
-            found.append(Breach(name, short, waited, scheduling_limit_s, reason=message))
+            found.append(Breach(short, waited, scheduling_limit_s, reason=message))
     return sorted(found, key=lambda b: -b.waited_s)
 
 

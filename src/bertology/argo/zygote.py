@@ -30,7 +30,6 @@ with (the runner's); variables read at call time (credentials, endpoints) come f
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import runpy
@@ -58,12 +57,6 @@ PRELOAD = ("torch", "transformers", "datasets", "polars", "pyarrow.parquet", "sk
 # Classes transformers resolves lazily; touching them here moves their import cost into the zygote.
 PRELOAD_ATTRS = ("AutoConfig", "AutoTokenizer", "AutoModel", "AutoModelForSequenceClassification", "BertModel",
                  "DistilBertConfig")
-# Tables transformers builds on a process's first use and keeps: its checkpoint renamings (regexes for every
-# architecture), built by a process's first from_pretrained; every forked step built it again (1.7 of the
-# 15.8 CPU-seconds of a tiny reversed-layers study's steps). Pure Python, no torch work: nothing of torch's
-# state (its random generator, its thread pools) changes before the fork. Absent in another transformers:
-# then nothing is warmed.
-WARM_CALLS = (("transformers.conversion_mapping", "get_checkpoint_conversion_mapping", ("bert",)),)
 
 
 def _send_json(conn: socket.socket, obj: dict) -> None:
@@ -173,11 +166,16 @@ def serve(path: str) -> None:
 
     for attr in PRELOAD_ATTRS:
         getattr(transformers, attr)
-    for module, function, args in WARM_CALLS:
-        try:
-            getattr(importlib.import_module(module), function)(*args)
-        except (ImportError, AttributeError):
-            pass
+    # transformers' table of checkpoint renamings (regexes for every architecture), which a process builds on
+    # its first from_pretrained and keeps: every forked step built it again (1.7 of the 15.8 CPU-seconds of a
+    # tiny reversed-layers study's steps). Pure Python, no torch work: nothing of torch's state (its random
+    # generator, its thread pools) changes before the fork. Another transformers may lack it: nothing to warm.
+    try:
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    except ImportError:
+        pass
+    else:
+        get_checkpoint_conversion_mapping("bert")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # waiters are reaped by the kernel
     print("ready", flush=True)
     while True:

@@ -76,7 +76,7 @@ def watch(api, namespace: str, queue_limit_s: float, scheduling_limit_s: float, 
     return stopped
 
 
-def main(argv: list[str] | None = None, api=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m jobs.queue_watch",
                                 description="bertology queue watch: stop Workflows stuck in the GPU queue or unschedulable")
     p.add_argument("--namespace", required=True, help="{{workflow.namespace}}: the namespace to watch")
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None, api=None) -> int:
         queue_s = queue_watch.parse_duration(args.queue_limit, "queue limit")
         scheduling_s = queue_watch.parse_duration(args.scheduling_limit, "scheduling limit")
         dry_run = args.dry_run == "true"
-        lines = watch(api if api is not None else _api(), args.namespace, queue_s, scheduling_s, dry_run)
+        lines = watch(_api(), args.namespace, queue_s, scheduling_s, dry_run)
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         leave_cause(str(e))
