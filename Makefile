@@ -12,8 +12,14 @@ CHROMIUM ?= /usr/bin/chromium
 export BERTOLOGY_CHROMIUM := $(CHROMIUM)
 export HF_HUB_OFFLINE ?= 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# torch's CPU wheel where the machine has one beside the checkout (../shared/wheels: the developers' machines
+# and CI): pip then takes 2.13.0+cpu for torch==2.13.0, in .venv and in the images BASE=local builds (they
+# mount the find-links pip is given); elsewhere PyPI's torch==2.13.0, its CUDA build, several GB.
+TORCH_WHEELS ?= $(abspath $(wildcard ../shared/wheels))
+export PIP_FIND_LINKS := $(strip $(PIP_FIND_LINKS) $(TORCH_WHEELS))
 
-.PHONY: install demo test lint images push test-images clean chromium screenshots device-kit device-kit-test
+.PHONY: install demo test lint images push test-images clean chromium screenshots device-kit device-kit-test \
+	cluster-build cluster cluster-down cluster-status test-cluster
 REGISTRY ?= ghcr.io/bertology
 # The tag the chart pulls when images.NAME.tag is empty: its appVersion.
 IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' charts/bertology/Chart.yaml)
@@ -77,7 +83,7 @@ lint: $(STAMP) $(K8S_TOOLS) $(CHECKOV_STAMP)
 	  workflows/templates/platform.yaml); \
 	  test -z "$$out" || { echo "$$out"; exit 1; }
 	$(VENV)/bin/bertology validate --templates $(CHART_OUT)/argo $(CHART_OUT)/argo/chart.yaml workflows/*.yaml
-	$(PY) -m bertology.argo.pods --templates $(CHART_OUT)/argo --controller workflows/controller/executor-patch.yaml \
+	$(PY) -m bertology.argo.pods --templates $(CHART_OUT)/argo \
 	  --out $(CHART_OUT)/checkov $(CHART_OUT)/argo/chart.yaml workflows/*.yaml
 	cp $(CHART_OUT)/kubernetes.yaml $(CHART_OUT)/checkov/  # one directory: checkov links the NetworkPolicy to the pods
 	$(CHECKOV_VENV)/bin/checkov --config-file .checkov.yaml -d $(CHART_OUT)/checkov
@@ -164,6 +170,38 @@ test-images: $(STAMP) $(K8S_TOOLS)
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap docker-registry'
 	$(MAKE) images BASE=local ENGINE=podman
 	BERTOLOGY_IMAGE_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/images
+
+## cluster-build: the local cluster's binaries from their Go modules (cluster/*/go.mod, pinned), once per version
+## into ~/.cache/bertology/cluster: Kubernetes, etcd, containerd, crictl, Argo Workflows (needs Go >= 1.26)
+cluster-build: $(STAMP)
+	$(PY) -m bertology.localcluster build
+
+## cluster: a real single-node Kubernetes with Argo Workflows on this machine, as plain processes on a host-only
+## bridge (root; installs what it needs with apt-get), with bertology's images (make images BASE=local) in its
+## containerd; prints the kubeconfig to use. `make cluster-down` stops it and leaves nothing behind.
+CLUSTER_APT := runc iptables conntrack containernetworking-plugins podman mmdebstrap docker-registry \
+  busybox-static gcc libc6-dev
+cluster: $(STAMP) $(K8S_TOOLS)
+	command -v runc >/dev/null && command -v iptables >/dev/null && command -v conntrack >/dev/null && \
+	  test -x /usr/lib/cni/bridge && command -v podman >/dev/null && command -v mmdebstrap >/dev/null && \
+	  command -v docker-registry >/dev/null && test -x /bin/busybox && command -v gcc >/dev/null || \
+	  $$([ "$$(id -u)" = 0 ] || echo sudo) sh -c 'apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CLUSTER_APT)'
+	$(MAKE) images BASE=local ENGINE=podman
+	$$([ "$$(id -u)" = 0 ] || echo sudo) $(PY) -m bertology.localcluster up
+
+cluster-down: $(STAMP)
+	$$([ "$$(id -u)" = 0 ] || echo sudo) $(PY) -m bertology.localcluster down
+
+cluster-status: $(STAMP)
+	$(PY) -m bertology.localcluster status
+
+## test-cluster: `make cluster`, then tests/cluster on it (the user's own `argo submit`, the chart by `helm install`,
+## the nightly, retries, the GPU queue, the queue watch, other tenants, `argo lint`), then `make cluster-down`,
+## which fails when anything is left behind. KEEP_CLUSTER=1 leaves the cluster running.
+test-cluster: cluster
+	BERTOLOGY_CLUSTER_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/cluster; status=$$?; \
+	  if [ -z "$(KEEP_CLUSTER)" ]; then $(MAKE) cluster-down || status=1; fi; exit $$status
 
 clean:
 	rm -rf .bertology

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-# tests/images/ builds the container images and runs studies in them: `make test-images`, not `make test`.
-collect_ignore = [] if os.environ.get("BERTOLOGY_IMAGE_TESTS") else ["images"]
+# tests/images/ builds the container images and runs studies in them: `make test-images`, not `make test`;
+# tests/cluster/ runs bertology on the local Kubernetes cluster: `make test-cluster`.
+collect_ignore = [directory for directory, wanted in (("images", "BERTOLOGY_IMAGE_TESTS"),
+                                                       ("cluster", "BERTOLOGY_CLUSTER_TESTS"))
+                  if not os.environ.get(wanted)]
 
 
 # The modules whose tests run whole studies or many processes (the most seconds, from `--durations=0`),

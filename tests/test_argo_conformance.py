@@ -416,7 +416,8 @@ def test_a_parameter_from_a_config_map_in_the_templates_directory(tmp_path):
     # operator.go setGlobalParameters: `value` (or -p) wins, else valueFrom.configMapKeyRef, else its default
     (tmp_path / "templates").mkdir()
     (tmp_path / "templates" / "platform.yaml").write_text(yaml.safe_dump(
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"store": "s3://b/p"}}))
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "labels": PARAMETER_LABEL},
+         "data": {"store": "s3://b/p"}}))
     echo = _script("s", "import sys; open(sys.argv[2], 'w').write(sys.argv[1])", inputs=["v"])
     echo["container"]["command"].append("/tmp/outputs/v")
     echo["outputs"] = {"parameters": [{"name": "v", "valueFrom": {"path": "/tmp/outputs/v"}}]}
@@ -428,6 +429,51 @@ def test_a_parameter_from_a_config_map_in_the_templates_directory(tmp_path):
     assert _workflow(tmp_path, spec, params={"store": "file:///x"}).nodes["a"].outputs["v"] == "file:///x"
 
 
+# workflow/common/configmap.go GetConfigMapValue reads a parameter only from a ConfigMap with this label
+PARAMETER_LABEL = {"workflows.argoproj.io/configmap-type": "Parameter"}
+
+
+@pytest.mark.parametrize(("configmap", "error"), [
+    (None, ("ConfigMap 'cfg' does not exist. Please make sure it has the label workflows.argoproj.io/configmap-type: "
+            "Parameter to be detectable by the controller")),
+    ({"metadata": {"name": "cfg"}, "data": {"store": "s3://b/p"}},
+     "ConfigMap 'cfg' needs to have the label workflows.argoproj.io/configmap-type: Parameter to load parameters"),
+    ({"metadata": {"name": "cfg", "labels": PARAMETER_LABEL}, "data": {"other": "x"}},
+     "ConfigMap 'cfg' does not have the key 'store'"),
+])
+@pytest.mark.parametrize("version", ["3.6.19", "4.1.2"])
+def test_a_config_map_parameter_that_cannot_be_read_takes_its_default_or_fails_as_argo_fails(
+        tmp_path, configmap, error, version):
+    """operator.go setGlobalParameters (v3.6.19, v3.7.18, v4.1.2): when GetConfigMapValue fails, for whatever
+    reason (no such ConfigMap, no Parameter label, no such key), `valueFrom.default` is the value if there is one
+    (`if param.ValueFrom.Default != nil`), else the Workflow fails: "failed to set global parameter %s from
+    configmap with name %s and key %s: %w". Argo reads it again on every reconcile, so a WorkflowTemplate
+    parameter without a default errors every running Workflow once its ConfigMap is deleted."""
+    (tmp_path / "templates").mkdir()
+    if configmap is not None:
+        (tmp_path / "templates" / "platform.yaml").write_text(
+            yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", **configmap}))
+    echo = _script("s", "import sys; open(sys.argv[2], 'w').write(sys.argv[1] or '<empty>')", inputs=["v"])
+    echo["container"]["command"].append("/tmp/outputs/v")
+    echo["outputs"] = {"parameters": [{"name": "v", "valueFrom": {"path": "/tmp/outputs/v"}}]}
+
+    def spec(value_from: dict) -> dict:
+        return {"entrypoint": "main", "arguments": {"parameters": [{"name": "store", "valueFrom": value_from}]},
+                "templates": [{"name": "main", "dag": {"tasks": [{"name": "a", "template": "s", "arguments": {
+                    "parameters": [{"name": "v", "value": "{{workflow.parameters.store}}"}]}}]}}, echo]}
+
+    ref = {"configMapKeyRef": {"name": "cfg", "key": "store"}}
+    for default in ("", "s3://fallback/p"):
+        result = _workflow(tmp_path, spec({**ref, "default": default}), argo_version=version)
+        assert result.nodes["a"].outputs["v"] == (default or "<empty>")
+    with pytest.raises(BadInput) as refused:
+        _workflow(tmp_path, spec(ref), argo_version=version)
+    assert str(refused.value).startswith(
+        f"failed to set global parameter store from configmap with name cfg and key store: {error} "
+        "(valueFrom has no default; ")
+    assert "\n" not in str(refused.value)
+
+
 def _template_ref_workflow(tmp_path: Path, own: list[dict]) -> Path:
     """A WorkflowTemplate whose `store` parameter comes from a ConfigMap, and a Workflow that references it
     with its own parameters `own`; the step echoes {{workflow.parameters.store}} as an output."""
@@ -437,7 +483,8 @@ def _template_ref_workflow(tmp_path: Path, own: list[dict]) -> Path:
     echo["container"]["command"].append("/tmp/outputs/v")
     echo["outputs"] = {"parameters": [{"name": "v", "valueFrom": {"path": "/tmp/outputs/v"}}]}
     library = [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"store": "s3://platform/p"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "labels": PARAMETER_LABEL},
+         "data": {"store": "s3://platform/p"}},
         {"apiVersion": "argoproj.io/v1alpha1", "kind": "WorkflowTemplate", "metadata": {"name": "wft"}, "spec": {
             "entrypoint": "main",
             "arguments": {"parameters": [{"name": "store", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "store"}}}]},
@@ -507,3 +554,24 @@ def test_workflow_annotations_json_is_go_s_marshal_of_the_workflow_s_annotations
     assert result.succeeded, result.message
     (node,) = result.nodes.values()
     assert node.outputs["seen"] == expected
+
+
+def test_a_pod_spec_patch_of_argo_s_own_containers_is_accepted_and_any_other_refused(tmp_path):
+    """Our templates give Argo's `init` and `wait` their securityContext through podSpecPatch
+    (workflows/templates/steps.yaml; util.ApplyPodSpecPatch merges containers by name). A local pod has no
+    init or wait container, so such a patch changes nothing here and runs; a patch of the step's own
+    container or of the pod would change what runs, so it is refused by name before anything runs."""
+    ours = yaml.safe_dump({"initContainers": [{"name": "init", "securityContext": {"allowPrivilegeEscalation": False}}],
+                           "containers": [{"name": "wait", "securityContext": {"capabilities": {"drop": ["ALL"]}}}]})
+    step = {**_script("s", "pass"), "podSpecPatch": ours}
+    spec = {"entrypoint": "main", "templates": [
+        {"name": "main", "dag": {"tasks": [{"name": "a", "template": "s"}]}}, step]}
+    assert _workflow(tmp_path, spec).nodes["a"].phase == "Succeeded"
+    assert _workflow(tmp_path, {**spec, "podSpecPatch": ours}).nodes["a"].phase == "Succeeded"
+    for patch in ('{"containers": [{"name": "main", "resources": {"limits": {"memory": "1Gi"}}}]}',
+                  '{"hostNetwork": true}'):
+        with pytest.raises(BadInput, match=r"unsupported Argo feature 'podSpecPatch' in template 's' .*changes only "
+                                           r"Argo's own containers, initContainers 'init' and containers 'wait'"):
+            _workflow(tmp_path, {**spec, "templates": [spec["templates"][0], {**step, "podSpecPatch": patch}]})
+    with pytest.raises(BadInput, match="podSpecPatch with .* is substituted per pod"):
+        _workflow(tmp_path, {**spec, "podSpecPatch": '{"containers": [{"name": "wait", "image": "{{x}}"}]}'})

@@ -293,11 +293,15 @@ def test_a_retry_node_holds_its_semaphore_through_its_backoff(tmp_path):
     assert order == ["a", "a", "b", "b"]  # b waited for a's lock through a's backoff
 
 
-def test_a_retry_goes_to_another_node_which_on_one_machine_is_this_one(tmp_path):
-    # workflow/controller/retry_tweak.go RetryOnDifferentHost: `hostNames := wfretry.GetFailHosts(nodes,
-    # retryNodeName)` ... `pod.Spec.Affinity = wfretry.AddHostnamesToAffinity(hostLabel, hostNames, ...)`: the
-    # retry may not run where an attempt failed. Locally there is one node: the retry runs here, and says so
-    assert RetryStrategy.parse(OUR_RETRY).other_node
+def test_a_retry_with_node_anti_affinity_runs_on_this_machine_the_only_node(tmp_path):
+    # workflow/controller/retry_tweak.go RetryOnDifferentHost (v3.7.1+ for a step inside a DAG: FindRetryNode,
+    # upstream #14576): `hostNames := wfretry.GetFailHosts(nodes, retryNodeName)` ... `pod.Spec.Affinity =
+    # wfretry.AddHostnamesToAffinity(hostLabel, hostNames, ...)`: the retry may not run where an attempt failed,
+    # and waits Pending for another node. Locally there is one node: the retry runs here, and says so. Our own
+    # templates set no affinity (a retry may run on the same node: tests/test_workflows.py)
+    assert not RetryStrategy.parse(OUR_RETRY).other_node
+    users = {**OUR_RETRY, "affinity": {"nodeAntiAffinity": {}}}
+    assert RetryStrategy.parse(users).other_node
     lines: list[str] = []
     code = f"""
         import pathlib, sys
@@ -305,12 +309,12 @@ def test_a_retry_goes_to_another_node_which_on_one_machine_is_this_one(tmp_path)
         if not marker.exists():
             marker.write_text("x"); sys.exit(75)
     """
-    step = _script("s", code, retryStrategy=OUR_RETRY)
+    step = _script("s", code, retryStrategy=users)
     result = _workflow(tmp_path, {"entrypoint": "main", "templates": [
         {"name": "main", "dag": {"tasks": [{"name": "a", "template": "s"}]}}, step]}, log=lines.append)
     assert (result.phase, result.nodes["a"].attempts) == ("Succeeded", 2)
-    assert any("retry 1/3 on a node where no attempt failed (retryStrategy.affinity.nodeAntiAffinity" in line
-               for line in lines), lines
+    assert any("retry 1/3 on a node where no attempt failed, or Pending until there is one (retryStrategy.affinity."
+               "nodeAntiAffinity, Argo 3.7.1+" in line for line in lines), lines
     # pkg/apis/workflow/v1alpha1/workflow_types.go: "RetryNodeAntiAffinity is a placeholder for future
     # expansion, only empty nodeAntiAffinity is allowed" (`type RetryNodeAntiAffinity struct{}`)
     bad = _script("s", "pass", retryStrategy={"limit": "1", "affinity": {"nodeAntiAffinity": {"key": "zone"}}})

@@ -147,7 +147,8 @@ def expected_nightly(values: dict, labels: dict) -> dict:
     doc["metadata"]["labels"] = {**labels, **doc["metadata"].get("labels", {})}
     doc["spec"]["schedules"] = [values["nightly"]["schedule"]]
     doc["spec"]["suspend"] = values["nightly"]["suspend"]
-    doc["spec"]["workflowSpec"]["priority"] = values["nightly"]["priority"]
+    if values["nightly"]["priority"]:  # 0: left unset, as both of Argo's queues read it
+        doc["spec"]["workflowSpec"]["priority"] = values["nightly"]["priority"]
     return doc
 
 
@@ -252,10 +253,15 @@ def test_nightly_cron_workflow_is_the_file_with_schedule_suspend_and_the_store_f
     custom = by_kind(custom_docs, "CronWorkflow")["bertology-nightly-regression"]["spec"]
     assert custom["schedules"] == ["30 3 * * 1-5"] and custom["suspend"] is True
     assert custom["timezone"] == "UTC" and custom["concurrencyPolicy"] == "Forbid"
-    # each night's own spec.priority, the one Argo's semaphore queue reads (tests/test_gpu_queue.py)
+    # each night's own spec.priority, which Argo's semaphore queue and the controller's Workflow queue read
+    # (tests/test_gpu_queue.py); by default none, as in the file: a night queues by age like any study
     assert custom["workflowSpec"]["priority"] == 7
-    assert by_kind(default_docs, "CronWorkflow")["bertology-nightly-regression"]["spec"]["workflowSpec"][
-        "priority"] == yaml.safe_load(NIGHTLY.read_text())["spec"]["workflowSpec"]["priority"] == 100
+    assert chart_values()["nightly"]["priority"] == 0
+    assert "priority" not in by_kind(default_docs, "CronWorkflow")["bertology-nightly-regression"]["spec"][
+        "workflowSpec"]
+    assert "priority" not in yaml.safe_load(NIGHTLY.read_text())["spec"]["workflowSpec"]
+    assert by_kind(render("--set", "nightly.priority=100"), "CronWorkflow")["bertology-nightly-regression"][
+        "spec"]["workflowSpec"]["priority"] == 100
     # Argo reads a parameter's configMapKeyRef only from a ConfigMap with this label
     assert by_kind(custom_docs, "ConfigMap")["bertology-config"]["metadata"]["labels"][
         "workflows.argoproj.io/configmap-type"] == "Parameter"
@@ -331,14 +337,15 @@ def test_config_maps_carry_the_store_endpoint_and_gpu_semaphore(default_docs, cu
 def test_rbac_grants_the_executor_exactly_its_task_results(custom_docs):
     kinds = sorted(d["kind"] for d in custom_docs)
     assert kinds == sorted([*["ServiceAccount", "Role", "RoleBinding"] * 2, "ConfigMap", "ConfigMap",
-                            "CronWorkflow", "CronWorkflow", "NetworkPolicy", *["WorkflowTemplate"] * len(library())])
+                            "CronWorkflow", "CronWorkflow", "NetworkPolicy", *["WorkflowTemplate"] * len(library()),
+                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"])
     task_results = {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]}
     roles, bindings = by_kind(custom_docs, "Role"), by_kind(custom_docs, "RoleBinding")
     # the steps' account: only the executor's task results, never the Workflows themselves
     assert roles["studies-runner-executor"]["rules"] == [task_results]
     # the queue watch's: read and stop Workflows (a merge patch), and its own task results
     assert roles["studies-runner-queue-watch"]["rules"] == [
-        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["get", "list", "patch"]}, task_results]
+        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["list", "patch"]}, task_results]
     for account, role in (("studies-runner", "studies-runner-executor"),
                           ("studies-runner-queue-watch", "studies-runner-queue-watch")):
         (binding,) = [b for b in bindings.values() if b["roleRef"]["name"] == role]
@@ -375,6 +382,80 @@ def test_queue_watch_can_be_left_out_with_its_account():
     assert "bertology-study" in by_kind(docs, "WorkflowTemplate")
 
 
+# --- what the queue watch's account may change: its ValidatingAdmissionPolicy -------------------------------
+
+def _policy(docs: list[dict]) -> tuple[dict, dict]:
+    (policy,) = by_kind(docs, "ValidatingAdmissionPolicy").values()
+    (binding,) = by_kind(docs, "ValidatingAdmissionPolicyBinding").values()
+    return policy, binding
+
+
+def test_the_queue_watch_s_account_is_held_to_what_the_watch_changes(default_docs, custom_docs):
+    """RBAC lets the account patch every Workflow of the namespace and anyone who may submit a Workflow there
+    may run a pod as it; the policy admits its updates only of bertology's own Workflows, and only of
+    spec.shutdown and the watch's annotation (the CEL is evaluated by the API server only: what each
+    expression allows is in templates/queue-watch-policy.yaml)."""
+    from bertology.argo import queue_watch
+
+    for docs, account in ((default_docs, "bertology-queue-watch"), (custom_docs, "studies-runner-queue-watch")):
+        policy, binding = _policy(docs)
+        assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+        # cluster-scoped objects: named after the account and the release's namespace, so two releases differ
+        assert policy["metadata"]["name"] == binding["metadata"]["name"] == f"{account}.studies"
+        spec = policy["spec"]
+        assert spec["failurePolicy"] == "Fail"
+        assert spec["matchConstraints"]["resourceRules"] == [
+            {"apiGroups": ["argoproj.io"], "apiVersions": ["*"], "resources": ["workflows"], "operations": ["UPDATE"]}]
+        # only requests made as the watch's own ServiceAccount (the pods of its CronWorkflow run as it)
+        assert spec["matchConditions"] == [{"name": "queue-watch-account", "expression":
+                                            f"request.userInfo.username == 'system:serviceaccount:studies:{account}'"}]
+        assert {t["spec"]["serviceAccountName"] for t in by_kind(docs, "WorkflowTemplate").values()
+                if t["metadata"]["name"] == "bertology-queue-watch"} == {account}
+        # the binding: deny, in the release's namespace only
+        assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"],
+                                   "matchResources": {"namespaceSelector": {"matchLabels": {
+                                       "kubernetes.io/metadata.name": "studies"}}}}
+        rules = [v["expression"] for v in spec["validations"]]
+        names = ", ".join(f"'{n}'" for n in queue_watch.WATCHED)
+        assert f"variables.oldSpec.workflowTemplateRef.name in [{names}]" in rules[0]
+        assert set(queue_watch.WATCHED) <= set(by_kind(docs, "WorkflowTemplate"))  # the chart's real names
+        assert "variables.spec.shutdown == 'Stop'" in rules[1]
+        assert rules[2].count(f"k == '{queue_watch.ANNOTATION}'") == 2
+        assert queue_watch.stop_patch("why") == {"metadata": {"annotations": {queue_watch.ANNOTATION: "why"}},
+                                                 "spec": {"shutdown": "Stop"}}  # exactly what the rules allow
+        assert all(v["reason"] == "Forbidden" and v["message"].startswith("the queue watch's account may")
+                   for v in spec["validations"])
+    # another namespace, another release: its own policy and binding
+    policy, binding = _policy(render("--namespace", "team-b"))
+    assert policy["metadata"]["name"] == "bertology-queue-watch.team-b"
+    assert "system:serviceaccount:team-b:bertology-queue-watch" in policy["spec"]["matchConditions"][0]["expression"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "team-b"}
+
+
+def test_the_policy_without_the_chart_holds_the_same_rules_for_the_account_of_that_name():
+    """workflows/templates/platform.yaml (kubectl apply, no chart): the same variables and validations; the
+    namespace is not known there, so it matches the account's name in any namespace, on every namespace."""
+    docs = [d for d in yaml.safe_load_all((LIBRARY / "platform.yaml").read_text()) if d]
+    (plain,) = by_kind(docs, "ValidatingAdmissionPolicy").values()
+    (binding,) = by_kind(docs, "ValidatingAdmissionPolicyBinding").values()
+    chart, _ = _policy(render())
+    for key in ("variables", "validations", "failurePolicy", "matchConstraints"):
+        assert plain["spec"][key] == chart["spec"][key], key
+    assert plain["spec"]["matchConditions"][0]["expression"] == (
+        "request.userInfo.username.startsWith('system:serviceaccount:') && "
+        "request.userInfo.username.endsWith(':bertology-queue-watch')")
+    assert binding["spec"] == {"policyName": plain["metadata"]["name"], "validationActions": ["Deny"]}
+
+
+@pytest.mark.parametrize("settings", [["queueWatch.admissionPolicy=false"], ["queueWatch.enabled=false"]])
+def test_the_policy_can_be_left_out(settings):
+    docs = render(*[arg for s in settings for arg in ("--set", s)])
+    assert not by_kind(docs, "ValidatingAdmissionPolicy") and not by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    watch = "queueWatch.enabled=false" not in settings
+    assert ("bertology-queue-watch" in by_kind(docs, "ServiceAccount")) == watch
+
+
 def test_every_step_pod_is_non_root_with_a_read_only_root_filesystem(default_docs):
     pods = [t for d in by_kind(default_docs, "WorkflowTemplate").values()
             for t in d["spec"]["templates"] if "container" in t]
@@ -399,6 +480,7 @@ def test_every_step_pod_is_non_root_with_a_read_only_root_filesystem(default_doc
     ("queueWatch.queueLimit=3 days", "at '/queueWatch/queueLimit': '3 days' does not match pattern"),
     ("queueWatch.schedulingLimit=-1h", "at '/queueWatch/schedulingLimit': '-1h' does not match pattern"),
     ("queueWatch.dryRun=perhaps", "at '/queueWatch/dryRun': got string, want boolean"),
+    ("queueWatch.admissionPolicy=perhaps", "at '/queueWatch/admissionPolicy': got string, want boolean"),
 ])
 def test_schema_rejects_bad_values_by_name(setting, message):
     result = helm_template("--set", setting)

@@ -6,15 +6,17 @@ The rules are the Baseline and Restricted rows of https://kubernetes.io/docs/con
 as the admission controller implements them (k8s.io/pod-security-admission policy/check_<id>.go; the check
 ids below are that package's). The pods are built as Argo's controller builds them (bertology.argo.pods,
 workflow/controller/workflowpod.go): from the chart's rendered WorkflowTemplates and CronWorkflow, from the
-library as `kubectl apply` installs it, and from every workflows/*.yaml, with the controller's executor
-settings of workflows/controller/executor-patch.yaml (README, "Pod Security"). Those settings reach every
-Workflow the controller runs: another team's (Argo's own hello-world example) still starts under them, as
-the kubelet decides (bertology.pod_security.kubelet_refusals).
+library as `kubectl apply` installs it, and from every workflows/*.yaml, under Argo's default controller
+settings (no executor securityContext): our templates give Argo's init and wait containers what the standard
+asks of each container through their own podSpecPatch (docs/kubernetes.md, "Pod Security and the network").
+Nothing of ours is controller-wide, so another team's Workflow (Argo's own hello-world, a resource template)
+is built exactly as Argo builds it by default, its resource pods keeping Argo's lockdown (MinimalCtrSC).
 """
 
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,17 +25,21 @@ import pytest
 import yaml
 from test_chart import HELM, LIBRARY, REPO, _chart_with_library, by_kind, helm_template, render
 
-from bertology.argo import pods
+from bertology.argo import pod_spec_patch, pods
 from bertology.argo.documents import Source, load_library
 from bertology.errors import BadInput
 from bertology.pod_security import DOCS, kubelet_refusals, violations
 
 pytestmark = pytest.mark.skipif(HELM is None, reason="helm is not installed (`make lint` puts it in .venv/bin)")
 
-EXECUTOR_PATCH = REPO / "workflows" / "controller" / "executor-patch.yaml"
 # Argo's examples/hello-world.yaml at v3.6.19 (the same file at v3.7.18 and v4.1.2): another team's plain
 # Workflow, on the default argoexec image.
 HELLO_WORLD = Path(__file__).parent / "fixtures" / "argo-examples" / "hello-world.yaml"
+# Argo's examples/k8s-owner-reference.yaml at v3.6.19 (the same at v3.7.18; v4.1.2 adds a test label): another
+# team's resource template, whose pod is argoexec alone
+RESOURCE = Path(__file__).parent / "fixtures" / "argo-examples" / "k8s-owner-reference.yaml"
+# What every pod template of ours patches into Argo's init and wait (workflows/templates/steps.yaml)
+LOCKDOWN = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 STUDY_STEPS = {"plan", "prepare-data", "build-checkpoint", "finetune", "evaluate", "analyze", "aggregate"}
 # The kinds of built-in objects that hold a pod template (none in the chart today: if one is added, it is
 # checked like the step pods).
@@ -50,7 +56,8 @@ def workload_pod(doc: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def executor() -> dict:
-    return pods.controller_executor(EXECUTOR_PATCH)
+    """Argo's default controller: no `executor` setting (bertology needs none)."""
+    return pods.controller_executor(None)
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +124,8 @@ def test_every_pod_of_the_chart_and_every_workflow_passes_the_restricted_standar
         assert volumes["tmp"]["emptyDir"]["sizeLimit"] == "20Gi"
         # the step's own container: CPU and memory requests, a memory limit, a read-only root filesystem
         # (checkov's CKV_K8S_10, 12, 13 and 22, which .checkov.yaml skips for Argo's init and wait)
+        # Argo's own two: exactly what the template's podSpecPatch gives them, merged in by name
+        assert container(pod, "init")["securityContext"] == container(pod, "wait")["securityContext"] == LOCKDOWN
         main = container(pod, "main")
         assert {"cpu", "memory"} <= set(main["resources"]["requests"]), where
         assert "memory" in main["resources"]["limits"], where
@@ -125,11 +134,23 @@ def test_every_pod_of_the_chart_and_every_workflow_passes_the_restricted_standar
         assert kubelet_refusals(pod, lambda image: None) == {}, where
 
 
-def test_argo_default_executor_settings_fail_exactly_the_per_container_rules(chart_dir):
-    """Without the controller's executor.securityContext, newExecContainer gives `init` and `wait` none:
-    the pod-level runAsNonRoot and seccomp reach them, but allowPrivilegeEscalation and capabilities exist
-    only per container (check_allowPrivilegeEscalation.go, check_capabilities_restricted.go)."""
-    found = pods.file_pods(REPO / "workflows" / "reversed-layers.yaml", load_library(chart_dir / "templates"), {})
+def _without_pod_spec_patch(library: dict) -> dict:
+    """The library with every podSpecPatch removed."""
+    out = {}
+    for name, source in library.items():
+        doc = copy.deepcopy(source.doc)
+        for template in doc["spec"].get("templates") or []:
+            template.pop("podSpecPatch", None)
+        out[name] = Source(source.path, doc)
+    return out
+
+
+def test_without_the_pod_spec_patch_argo_s_defaults_fail_exactly_the_per_container_rules(chart_dir, executor):
+    """With no executor.securityContext, newExecContainer gives `init` and `wait` none: the pod-level
+    runAsNonRoot and seccomp reach them, but allowPrivilegeEscalation and capabilities exist only per container
+    (check_allowPrivilegeEscalation.go, check_capabilities_restricted.go), which is what the patch is for."""
+    library = _without_pod_spec_patch(load_library(chart_dir / "templates"))
+    found = pods.file_pods(REPO / "workflows" / "reversed-layers.yaml", library, executor)
     (made,) = found.values()
     assert made
     for pod in made:
@@ -138,6 +159,42 @@ def test_argo_default_executor_settings_fail_exactly_the_per_container_rules(cha
             "capabilities_restricted": [f"container '{c}' must set securityContext.capabilities.drop=[\"ALL\"]"
                                         for c in ("init", "wait")],
         }
+
+
+def test_the_pod_spec_patch_holds_only_what_the_pod_level_cannot_give(chart_dir, executor):
+    """Every pod template of ours carries the same patch; each of its two settings is one our pods fail the
+    restricted standard without, and exists only per container (Kubernetes PodSecurityContext has no
+    allowPrivilegeEscalation and no capabilities); it names only Argo's init and wait, and sets nothing else
+    (no image, resources, user or read-only root filesystem: init writes a resource template's manifest to
+    /tmp/manifest.yaml on its root filesystem, executor.go StageFiles)."""
+    library = load_library(LIBRARY)
+    patches = {t.get("podSpecPatch") for s in library.values() for t in s.spec["templates"] if "container" in t}
+    assert len(patches) == 1 and None not in patches
+    (text,) = patches
+    assert yaml.safe_load(text) == {"initContainers": [{"name": "init", "securityContext": LOCKDOWN}],
+                                    "containers": [{"name": "wait", "securityContext": LOCKDOWN}]}
+    pod_level = {"seLinuxOptions", "windowsOptions", "runAsUser", "runAsGroup", "runAsNonRoot", "supplementalGroups",
+                 "supplementalGroupsPolicy", "fsGroup", "fsGroupChangePolicy", "sysctls", "seccompProfile",
+                 "appArmorProfile", "seLinuxChangePolicy"}  # core/v1 types.go PodSecurityContext
+    assert not set(LOCKDOWN) & pod_level
+    rendered = load_library(chart_dir / "templates")
+    for key in LOCKDOWN:
+        weaker = {k: v for k, v in LOCKDOWN.items() if k != key}
+        patched = {}
+        for name, source in rendered.items():
+            doc = copy.deepcopy(source.doc)
+            for template in doc["spec"]["templates"]:
+                if template.get("podSpecPatch"):
+                    template["podSpecPatch"] = yaml.safe_dump({
+                        "initContainers": [{"name": "init", "securityContext": weaker}],
+                        "containers": [{"name": "wait", "securityContext": weaker}]})
+            patched[name] = Source(source.path, doc)
+        (made,) = pods.file_pods(REPO / "workflows" / "reversed-layers.yaml", patched, executor).values()
+        assert made and all(violations(pod) for pod in made), key
+    init = container(pods.file_pods(REPO / "workflows" / "reversed-layers.yaml", rendered, executor)
+                     ["Workflow-reversed-layers"][0], "init")
+    assert "/tmp" not in {m["mountPath"] for m in init["volumeMounts"]}
+    assert init["securityContext"].get("readOnlyRootFilesystem") is not True
 
 
 # --- another team's Workflow under the same controller ---------------------------------------------------
@@ -156,55 +213,63 @@ def hello_world(executor: dict) -> dict:
     return pod
 
 
-def test_another_teams_plain_workflow_starts_under_the_controller_patch(executor):
-    """Argo's hello-world (no securityContext anywhere, the default root argoexec image) gets the patch on
-    its init and wait (workflowpod.go newExecContainer: `SecurityContext:
-    woc.controller.Config.GetExecutor().SecurityContext`), and the kubelet starts all three containers."""
+def test_another_teams_plain_workflow_gets_argo_s_defaults_because_nothing_of_ours_is_controller_wide(executor):
+    """Argo's hello-world (no securityContext anywhere, the default root argoexec image): with no executor
+    setting its init and wait have no securityContext at all (workflowpod.go newExecContainer:
+    `SecurityContext: woc.controller.Config.GetExecutor().SecurityContext`, nil), and the kubelet starts all
+    three containers. Our podSpecPatch is in our templates only."""
+    assert executor == {}
     pod = hello_world(executor)
     assert "securityContext" not in pod["spec"]
     assert [c["image"] for c in pod["spec"]["initContainers"] + pod["spec"]["containers"]] == \
         [pods.DEFAULT_EXECUTOR_IMAGE, pods.DEFAULT_EXECUTOR_IMAGE, "busybox"]
-    for name in ("init", "wait"):
-        assert container(pod, name)["securityContext"] == executor["securityContext"]
+    for name in ("init", "wait", "main"):
+        assert "securityContext" not in container(pod, name)
     assert kubelet_refusals(pod, root_images) == {}
 
 
-def test_a_container_level_run_as_non_root_in_the_patch_keeps_another_teams_pods_pending(executor):
-    """What the patch must not set: with runAsNonRoot on init and wait, and neither the pod nor the patch
-    naming a runAsUser, verifyRunAsNonRoot refuses the root argoexec image ("container has runAsNonRoot and
-    image will run as root") and the pod never leaves Pending; our own pods name user 10001 at pod level."""
-    strict = {**executor, "securityContext": {**executor["securityContext"], "runAsNonRoot": True}}
+def resource_pod(executor: dict) -> dict:
+    (made,) = pods.file_pods(RESOURCE, {}, executor).values()
+    (pod,) = made
+    return pod
+
+
+def test_another_teams_resource_template_keeps_argo_s_lockdown(executor):
+    """A resource template's pod is argoexec alone: init and main (no wait: v3.6, and v3.7+ without archived
+    logs), both newExecContainer's. With no executor.securityContext Argo locks them down itself
+    (`if tmpl.GetType() == wfv1.TemplateTypeResource && exec.SecurityContext == nil { exec.SecurityContext =
+    common.MinimalCtrSC() }`, the root filesystem read-only on main only): user 8737, no capabilities, no
+    privilege escalation, RuntimeDefault seccomp, so the pod passes "restricted" with no pod-level setting."""
+    pod = resource_pod(executor)
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["init"]
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["main"]
+    assert container(pod, "main")["command"][3:] == ["argoexec", "resource", "create"]
+    minimal = pods.minimal_container_security()
+    assert minimal["runAsUser"] == 8737 and minimal["capabilities"] == {"drop": ["ALL"]}
+    assert container(pod, "main")["securityContext"] == minimal
+    assert container(pod, "init")["securityContext"] == {k: v for k, v in minimal.items()
+                                                         if k != "readOnlyRootFilesystem"}
+    assert "securityContext" not in pod["spec"]
+    assert violations(pod) == {}
+    assert kubelet_refusals(pod, root_images) == {}
+
+
+def test_any_controller_wide_executor_setting_would_end_that_lockdown_for_every_team():
+    """Why bertology sets nothing controller-wide: the two settings our pods need, given as the controller's
+    executor.securityContext, replace MinimalCtrSC on every resource template of every team (newExecContainer
+    applies it only when there is none): their argoexec then runs as the image's user, root, and in a
+    namespace enforcing "restricted" the pod is refused."""
+    two = {"securityContext": dict(LOCKDOWN)}
+    pod = resource_pod(two)
+    for name in ("init", "main"):
+        assert container(pod, name)["securityContext"] == LOCKDOWN
+    assert set(violations(pod)) == {"runAsNonRoot", "seccompProfile_restricted"}
+    # and a container-level runAsNonRoot would keep another team's plain pods Pending: verifyRunAsNonRoot
+    # refuses the root argoexec image ("container has runAsNonRoot and image will run as root")
+    strict = {"securityContext": {**LOCKDOWN, "runAsNonRoot": True}}
     refused = kubelet_refusals(hello_world(strict), root_images)
     assert set(refused) == {"init", "wait"}
     assert all(m.startswith("container has runAsNonRoot and image will run as root") for m in refused.values())
-
-
-def test_controller_patch_holds_only_what_the_pod_level_cannot_give(executor, chart_dir):
-    """Each setting of the patch is one our pods fail the restricted standard without, and exists only per
-    container (Kubernetes PodSecurityContext has no allowPrivilegeEscalation and no capabilities); the patch
-    sets nothing else: no image, resources or other executor field reaches another team's pods."""
-    assert set(executor) == {"securityContext"}
-    pod_level = {"seLinuxOptions", "windowsOptions", "runAsUser", "runAsGroup", "runAsNonRoot", "supplementalGroups",
-                 "supplementalGroupsPolicy", "fsGroup", "fsGroupChangePolicy", "sysctls", "seccompProfile",
-                 "appArmorProfile", "seLinuxChangePolicy"}  # core/v1 types.go PodSecurityContext
-    assert not set(executor["securityContext"]) & pod_level
-    library = load_library(chart_dir / "templates")
-    for key in executor["securityContext"]:
-        without = {"securityContext": {k: v for k, v in executor["securityContext"].items() if k != key}}
-        (made,) = pods.file_pods(REPO / "workflows" / "reversed-layers.yaml", library, without).values()
-        assert made and all(violations(pod) for pod in made), key
-
-
-def test_controller_patch_leaves_the_init_containers_root_filesystem_writable(executor):
-    """Argo's init writes a resource template's manifest to /tmp/manifest.yaml (common.go
-    ExecutorResourceManifestPath; cmd/argoexec/commands/init.go loadArtifacts -> executor.go StageFiles:
-    `os.WriteFile(filePath, body, mode)`), and init mounts no /tmp (workflowpod.go mounts tmp-dir-argo on
-    /tmp only in the containers that run the executor image), so that write lands on init's root
-    filesystem; newExecContainer itself leaves it writable there ("TODO: always set RO FS once ... is fixed").
-    """
-    init = container(hello_world(executor), "init")
-    assert "/tmp" not in {m["mountPath"] for m in init["volumeMounts"]}
-    assert init["securityContext"].get("readOnlyRootFilesystem") is not True
 
 
 def test_kubelet_check_follows_verify_run_as_non_root():
@@ -412,13 +477,67 @@ def test_workflow_level_settings_reach_every_pod(finetune, chart_dir, executor):
         assert set(violations(pod)) == {"hostNamespaces", "appArmorProfile"}
 
 
-@pytest.mark.parametrize("where", ["template", "workflow"])
-def test_pod_spec_patch_is_refused_by_name(where):
-    """util.ApplyPodSpecPatch runs last in build(), after every field checked here: it is refused."""
-    template = {**HELLO, "podSpecPatch": '{"hostNetwork": true}'} if where == "template" else HELLO
-    wf_spec = {"podSpecPatch": '{"hostNetwork": true}'} if where == "workflow" else {}
-    with pytest.raises(BadInput, match="podSpecPatch is applied after the pod is built"):
-        pods.pod(template, wf_spec, "wf", {})
+def test_pod_spec_patch_is_a_strategic_merge_by_container_name_applied_last():
+    """util.ApplyPodSpecPatch: strategicpatch.StrategicMergePatch(podSpec, patch, apiv1.PodSpec{}) after the
+    pod is built (createWorkflowPod; v4.1.2 podBuilder.build), the Workflow's patch first, then the
+    template's (processPodSpecPatch). `containers` and `initContainers` merge by name (patchMergeKey "name"),
+    in place; a map merges key by key and null deletes; a list without a merge key (args, tolerations,
+    capabilities.drop) is replaced."""
+    template = {**HELLO, "securityContext": {"runAsUser": 1000},
+                "container": {**HELLO["container"], "securityContext": {"readOnlyRootFilesystem": True,
+                                                                        "capabilities": {"drop": ["NET_RAW"]}}},
+                "podSpecPatch": yaml.safe_dump({
+                    "containers": [{"name": "main", "args": ["bye"], "securityContext": {"capabilities": {
+                        "drop": ["ALL"]}}}, {"name": "wait", "securityContext": {"runAsUser": 5}}],
+                    "securityContext": {"runAsUser": None, "runAsNonRoot": True}})}
+    wf_spec = {"tolerations": [{"key": "a", "operator": "Exists"}],
+               "podSpecPatch": '{"containers": [{"name": "wait", "securityContext": {"runAsUser": 4, "runAsGroup": 4}}],'
+                               ' "tolerations": [{"key": "b", "operator": "Exists"}]}'}
+    pod = pods.pod(template, wf_spec, "wf", {})
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["wait", "main"]  # merged in place, in order
+    assert container(pod, "main")["args"] == ["bye"]
+    assert container(pod, "main")["image"] == "docker/whalesay:latest"  # untouched fields stay
+    assert container(pod, "main")["securityContext"] == {"readOnlyRootFilesystem": True,
+                                                         "capabilities": {"drop": ["ALL"]}}
+    assert container(pod, "wait")["securityContext"] == {"runAsUser": 5, "runAsGroup": 4}  # template's last
+    assert pod["spec"]["tolerations"] == [{"key": "b", "operator": "Exists"}]  # replaced, not appended
+    assert pod["spec"]["securityContext"] == {"runAsNonRoot": True}  # null deleted runAsUser
+    # a container the pod lacks is added as the patch gives it, without an image (the pod would be invalid:
+    # what our patch would do under v4.1's init-less layout, which has no init or wait)
+    added = pods.pod({**HELLO, "podSpecPatch": '{"containers": [{"name": "sidecar", "securityContext": {}}]}'},
+                     {}, "wf", {})
+    assert pod_spec_patch.apply({"containers": [{"name": "a"}]}, {"containers": [{"name": "b"}]}) == \
+        {"containers": [{"name": "a"}, {"name": "b"}]}
+    assert [c["name"] for c in added["spec"]["containers"]] == ["wait", "main", "sidecar"]
+    assert "image" not in container(added, "sidecar")
+    # in a container, env merges by name and volumeMounts by mountPath
+    merged = pod_spec_patch.apply(
+        {"containers": [{"name": "m", "env": [{"name": "A", "value": "1"}], "volumeMounts": [
+            {"name": "x", "mountPath": "/x"}]}]},
+        {"containers": [{"name": "m", "env": [{"name": "B", "value": "2"}, {"name": "A", "value": "3"}],
+                         "volumeMounts": [{"name": "y", "mountPath": "/x", "readOnly": True}]}]})
+    assert merged["containers"][0]["env"] == [{"name": "A", "value": "3"}, {"name": "B", "value": "2"}]
+    assert merged["containers"][0]["volumeMounts"] == [{"name": "y", "mountPath": "/x", "readOnly": True}]
+
+
+@pytest.mark.parametrize("patch, message", [
+    ('{"containers": [{"name": "wait", "$patch": "delete"}]}',
+     "podSpecPatch.containers[0].$patch: strategic merge directives are not modelled"),
+    ('{"$setElementOrder/containers": [{"name": "main"}]}', "not a PodSpec field"),
+    ('{"containers": [{"securityContext": {}}]}', "an element without its merge key 'name' cannot be merged"),
+    ('{"hostnetwork": true}', "podSpecPatch key 'hostnetwork' is not a PodSpec field"),
+    ('{"containers": [{"name": "main", "command": ["sh"]}]}',
+     "podSpecPatch.containers[0].command: Argo changes a container's command after applying the patch"),
+    ('{"containers": [{"name": "wait", "volumeMounts": [{"name": "x", "mountPath": "/x"}]}]}',
+     "podSpecPatch.containers[0].volumeMounts: Argo changes a container's volumeMounts after applying"),
+    ('{"containers": [{"name": "main", "image": "{{inputs.parameters.image}}"}]}', "substituted per pod"),
+    ("[1, 2]", "must be a YAML mapping of PodSpec fields, got list"),
+    ("containers: [", "podSpecPatch is not YAML"),
+])
+def test_a_pod_spec_patch_that_cannot_be_applied_faithfully_is_refused_in_one_line(patch, message):
+    with pytest.raises(BadInput, match=re.escape(message)) as refused:
+        pods.pod({**HELLO, "podSpecPatch": patch}, {}, "wf", {})
+    assert "\n" not in str(refused.value)
 
 
 def test_controller_settings_that_reshape_pods_are_refused(tmp_path):
@@ -433,27 +552,36 @@ def test_controller_settings_that_reshape_pods_are_refused(tmp_path):
 def test_lint_cli_writes_the_pods_and_fails_on_a_violation(tmp_path):
     argv = [sys.executable, "-m", "bertology.argo.pods", "--templates", str(LIBRARY), "--out", str(tmp_path / "a"),
             str(REPO / "workflows" / "vocab-overlap.yaml")]
-    bad = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    assert bad.returncode == 1, bad.stderr
-    lines = bad.stdout.splitlines()
-    # four pods (vocab-plan, vocab-overlap, aggregate and the exit handler verdict), two per-container rules
-    # each (Argo's defaults)
-    assert len([line for line in lines if "restricted allowPrivilegeEscalation" in line]) == 4
-    assert lines[-1] == f"4 pods from 1 documents in {tmp_path / 'a'}; 8 restricted Pod Security violations"
-    good = subprocess.run([*argv[:-1], "--controller", str(EXECUTOR_PATCH), "--out", str(tmp_path / "b"), argv[-1]],
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert good.returncode == 0, good.stdout + good.stderr
-    written = list(yaml.safe_load_all((tmp_path / "b" / "Workflow-vocab-overlap.yaml").read_text()))
+    good = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert good.returncode == 0, good.stdout + good.stderr  # Argo's default controller: no --controller
+    written = list(yaml.safe_load_all((tmp_path / "a" / "Workflow-vocab-overlap.yaml").read_text()))
     assert [p["kind"] for p in written] == ["Pod"] * 4
     assert [template_name(p) for p in written] == ["vocab-plan", "vocab-overlap", "aggregate", "verdict"]
     assert written[-1]["spec"]["activeDeadlineSeconds"] == 600  # its timeout, 10m (workflowpod.go)
+    # the same library without its podSpecPatch: four pods (vocab-plan, vocab-overlap, aggregate and the exit
+    # handler verdict), two per-container rules each
+    library = tmp_path / "library"
+    library.mkdir()
+    for path in LIBRARY.glob("*.yaml"):
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        for doc in docs:
+            for template in (doc.get("spec") or {}).get("templates") or []:
+                template.pop("podSpecPatch", None)
+        (library / path.name).write_text(yaml.safe_dump_all(docs))
+    bad = subprocess.run([*argv[:4], str(library), "--out", str(tmp_path / "b"), argv[-1]],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 1, bad.stderr
+    lines = bad.stdout.splitlines()
+    assert len([line for line in lines if "restricted allowPrivilegeEscalation" in line]) == 4
+    assert lines[-1] == f"4 pods from 1 documents in {tmp_path / 'b'}; 8 restricted Pod Security violations"
     patched = yaml.safe_load((REPO / "workflows" / "vocab-overlap.yaml").read_text())
-    patched["spec"]["podSpecPatch"] = "{}"
+    patched["spec"]["podSpecPatch"] = '{"containers": [{"name": "main", "$patch": "replace"}]}'
     (tmp_path / "patched.yaml").write_text(yaml.safe_dump(patched))
     refused = subprocess.run([*argv[:-1], str(tmp_path / "patched.yaml")], capture_output=True, text=True,
                              timeout=120, check=False)
     assert refused.returncode == 2
-    assert refused.stderr.startswith("error: the Workflow: podSpecPatch is applied after the pod is built")
+    assert refused.stderr.strip() == ("error: the Workflow: podSpecPatch.containers[0].$patch: strategic merge "
+                                      "directives are not modelled")
 
 
 # --- the chart: what only a template can give is enforced at render time ---------------------------------
@@ -468,6 +596,13 @@ def test_lint_cli_writes_the_pods_and_fails_on_a_violation(tmp_path):
     (lambda t: t["regress"].pop("metadata"),
      ("steps.yaml: template regress: metadata.labels must carry app.kubernetes.io/name: bertology and "
       "app.kubernetes.io/component: step")),
+    (lambda t: t["evaluate"].pop("podSpecPatch"),
+     ("steps.yaml: template evaluate: podSpecPatch must give Argo's wait container (containers) "
+      "securityContext allowPrivilegeEscalation: false and capabilities.drop [ALL]")),
+    (lambda t: t["aggregate"].__setitem__("podSpecPatch", yaml.safe_dump({"containers": [
+        {"name": "wait", "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]})),
+     ("steps.yaml: template aggregate: podSpecPatch must give Argo's init container (initContainers) "
+      "securityContext allowPrivilegeEscalation: false and capabilities.drop [ALL]")),
 ])
 def test_chart_refuses_a_step_the_namespace_would_refuse(tmp_path, change, message):
     result = helm_template(chart=_chart_with_library(tmp_path, change))

@@ -5,12 +5,18 @@ against an API server on loopback that serves Workflows and applies the merge pa
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
+import re
 import threading
+import zlib
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+import yaml
 from kube_api import FakeApiServer, write_kubeconfig
 
 from bertology.argo import queue_watch as qw
@@ -26,11 +32,16 @@ def ago(**delta) -> str:
     return (NOW - timedelta(**delta)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def node(wf: str, name: str, kind: str, phase: str, started: str, message: str = "", waiting: str = "") -> dict:
+def node(wf: str, name: str, kind: str, phase: str, started: str, message: str = "", waiting: str = "",
+         finished: str = "", scope: str = "namespaced/bertology-steps") -> dict:
     """A NodeStatus as the controller writes it (workflow_types.go: name, displayName, type, phase, startedAt,
-    message, synchronizationStatus.waiting)."""
-    out = {"id": f"{wf}-{abs(hash(name)) % 10**10}", "name": f"{wf}.{name}", "displayName": name.rsplit(".", 1)[-1],
-           "type": kind, "templateName": name.rsplit(".", 1)[-1], "phase": phase, "startedAt": started}
+    finishedAt, message, synchronizationStatus.waiting; operator.go initializeNode: templateName and
+    templateScope, a retry's pods those of their Retry node)."""
+    template = re.sub(r"\(\d+\)$", "", name.rsplit(".", 1)[-1])
+    out = {"id": f"{wf}-{zlib.crc32(name.encode())}", "name": f"{wf}.{name}", "displayName": name.rsplit(".", 1)[-1],
+           "type": kind, "templateName": template, "templateScope": scope, "phase": phase, "startedAt": started}
+    if finished:
+        out["finishedAt"] = finished
     if message:
         out["message"] = message
     if waiting:
@@ -70,8 +81,8 @@ def test_a_step_past_the_queue_limit_is_found_with_its_semaphore_and_its_wait():
                   waiting_for_gpu("reversed-layers-x7k2p", "cell(4:9a0b).finetune", days=1))
     (found,) = qw.breaches(wf, NOW, 7 * 86400, 3600)
     assert (found.node, found.lock, found.waited_s) == ("cell(3:1f2e).finetune", LOCK, 7 * 86400 + 7200)
-    assert found.line() == (f"cell(3:1f2e).finetune waited 7d 2h for semaphore {LOCK}, past the queue limit of 7d "
-                            "(chart value queueWatch.queueLimit)")
+    assert found.line() == (f"cell(3:1f2e).finetune waited 7d 2h for semaphore {LOCK} while its Workflow held none "
+                            "of it, past the queue limit of 7d (chart value queueWatch.queueLimit)")
     assert qw.breaches(wf, NOW, 0, 3600) == []  # 0: no limit
     assert qw.stop_reason(qw.breaches(wf, NOW, 3600, 0)).endswith("(and 1 more nodes past a limit)")
 
@@ -84,6 +95,110 @@ def test_a_retried_step_that_holds_its_lock_is_not_waiting_however_long_it_train
     other_lock = node("wf", "x", "Retry", "Pending", ago(days=9), "Waiting for studies/ConfigMap/team-b/gpu lock.",
                       "studies/ConfigMap/team-b/gpu")  # not one of bertology's semaphores
     assert qw.breaches(workflow("wf", training, pod, other_lock), NOW, 3600, 3600) == []
+
+
+# --- a study's wait behind its own steps is not a wait for the GPU --------------------------------------------
+
+STEPS = yaml.safe_load((Path(__file__).resolve().parent.parent / "workflows" / "templates" / "steps.yaml").read_text())
+# status.storedTemplates as the controller stores them (workflow_types.go SetStoredTemplate,
+# resolveTemplateReference: `namespaced/<WorkflowTemplate>/<template>`), the real library's GPU steps
+STORED = {f"namespaced/bertology-steps/{t['name']}": t for t in STEPS["spec"]["templates"]
+          if t["name"] in ("finetune", "evaluate", "cell")}
+
+
+def holding(wf: str, *nodes: dict, key=lambda wf, node: f"studies/{wf}/{node['id']}") -> dict:
+    """status.synchronization as sync_manager.go TryAcquire leaves it: each holder of the `gpu` lock under
+    its key (getHolderKey: NAMESPACE/WORKFLOW/NODE_ID, v3.6.19 to v4.1.2); no holders once all released
+    (workflow_types.go SemaphoreStatus.LockReleased keeps the entry, emptied)."""
+    return {"semaphore": {"holding": [{"semaphore": LOCK, "holders": [key(wf, n) for n in nodes]}]}}
+
+
+def big_study(released: dict | None = None, holder: bool = False, key=None) -> dict:
+    """A study of 40 cells on one GPU: every finetune made at the fan-out nine days ago and waiting for the
+    lock; cell 0 trained and finished (its evaluate, a GPU step never seen waiting, too) `released` ago, or
+    cell 1's finetune holds the lock now (`holder`)."""
+    wf = "big"
+    nodes = [waiting_for_gpu(wf, f"cell({i}:c{i}).finetune", days=9) for i in range(2, 40)]
+    if released is not None:
+        nodes += [node(wf, "cell(0:c0).finetune", "Retry", "Succeeded", ago(days=9), finished=ago(days=9, hours=-3)),
+                  node(wf, "cell(0:c0).finetune(0)", "Pod", "Succeeded", ago(days=9), finished=ago(days=9, hours=-3)),
+                  node(wf, "cell(0:c0).evaluate", "Retry", "Succeeded", ago(days=9), finished=ago(**released))]
+    held = []
+    if holder:
+        training = node(wf, "cell(1:c1).finetune", "Retry", "Pending", ago(days=9))  # waiting cleared: holds
+        held = [training]
+        nodes += [training, node(wf, "cell(1:c1).finetune(0)", "Pod", "Running", ago(hours=5))]
+    doc = workflow(wf, *nodes)
+    doc["status"]["storedTemplates"] = STORED
+    doc["status"]["synchronization"] = holding(wf, *held, **({"key": key} if key else {}))
+    return doc
+
+
+def test_a_study_waiting_behind_its_own_training_step_is_not_waiting_for_the_gpu():
+    """38 finetune nodes have waited nine days, each `synchronizationStatus.waiting` the gpu lock, while a
+    sibling holds it: the study makes progress, nothing is past the limit."""
+    assert qw.breaches(big_study(holder=True), NOW, 7 * 86400, 3600) == []
+    # a holder key as written before v3.5 (a bare node id: HoldingNameV1), which v3.6+ still reads
+    assert qw.breaches(big_study(holder=True, key=lambda wf, n: n["id"]), NOW, 7 * 86400, 3600) == []
+    assert qw.holder_node("studies/big/big-1") == "big-1" and qw.holder_node("big-1") == "big-1"
+    assert qw.holder_node("studies/big") == ""  # a Workflow-level lock (getHolderKey with no node)
+
+
+def test_a_wait_counts_from_the_last_time_the_study_held_the_gpu():
+    """No holder now (LockReleased emptied the entry): the wait counts from the later of the node's own
+    startedAt and when the Workflow last let go, the finishedAt of its latest node of a template that takes
+    the lock (here evaluate's, found through status.storedTemplates, never seen waiting)."""
+    assert qw.breaches(big_study(released={"days": 2}), NOW, 7 * 86400, 3600) == []
+    found = qw.breaches(big_study(released={"days": 8}), NOW, 7 * 86400, 3600)
+    assert len(found) == 38 and {b.waited_s for b in found} == {8 * 86400}
+    assert qw.last_held(big_study(released={"days": 8}), qw.workflow_nodes(big_study(released={"days": 8})),
+                        LOCK).isoformat() == "2026-11-19T12:00:00+00:00"
+    # a node that failed still waiting (its lock never taken) is not a release
+    study = big_study()
+    study["status"]["nodes"]["gave-up"] = {**waiting_for_gpu("big", "cell(1:c1).finetune", days=9),
+                                           "id": "gave-up", "phase": "Failed", "finishedAt": ago(hours=1)}
+    assert len(qw.breaches(study, NOW, 7 * 86400, 3600)) == 38
+
+
+# --- node statuses as the controller stores them -------------------------------------------------------------
+
+def compressed(doc: dict) -> dict:
+    """The Workflow as the controller writes one over MAX_WORKFLOW_SIZE (workflow/packer/packer.go
+    compressWorkflow): `status.compressedNodes` = base64 (StdEncoding) of the gzip of json.Marshal(nodes)
+    (util/file CompressEncodeString), `status.nodes` gone."""
+    status = dict(doc["status"])
+    nodes = status.pop("nodes")
+    status["compressedNodes"] = base64.b64encode(gzip.compress(json.dumps(nodes, separators=(",", ":")).encode())).decode()
+    return {**doc, "status": status}
+
+
+def offloaded(doc: dict) -> dict:
+    """The Workflow with its nodes offloaded to Argo's database (workflow/hydrator hydrator.go Dehydrate:
+    Nodes nil, CompressedNodes "", OffloadNodeStatusVersion the repository's `fnv:<hash>`)."""
+    status = {k: v for k, v in doc["status"].items() if k != "nodes"}
+    return {**doc, "status": {**status, "offloadNodeStatusVersion": "fnv:784548133"}}
+
+
+def test_compressed_node_statuses_are_read_as_argo_reads_them():
+    plain = workflow("huge", waiting_for_gpu("huge", "cell(3:1f2e).finetune", days=8))
+    packed = compressed(plain)
+    assert "nodes" not in packed["status"]
+    assert qw.workflow_nodes(packed) == plain["status"]["nodes"]
+    assert qw.breaches(packed, NOW, 7 * 86400, 3600) == qw.breaches(plain, NOW, 7 * 86400, 3600) != []
+    broken = {**packed, "status": {**packed["status"], "compressedNodes": "not base64!"}}
+    with pytest.raises(qw.NodesUnreadable, match="its status.compressedNodes could not be decoded"):
+        qw.workflow_nodes(broken)
+
+
+def test_offloaded_node_statuses_are_named_never_taken_for_nothing_waiting():
+    gone = offloaded(workflow("archived", waiting_for_gpu("archived", "cell(3:1f2e).finetune", days=8)))
+    with pytest.raises(qw.NodesUnreadable) as unreadable:
+        qw.breaches(gone, NOW, 7 * 86400, 3600)
+    assert str(unreadable.value) == (
+        "its node statuses are offloaded to the Argo controller's database (status.offloadNodeStatusVersion "
+        "fnv:784548133; persistence.nodeStatusOffLoad), which the queue watch cannot read: check it with "
+        "`argo get`, or turn node status offloading off")
+    assert qw.workflow_nodes(workflow("new", phase="")) == {}  # not yet reconciled: nothing, and readable
 
 
 def test_a_pod_no_node_takes_is_found_with_the_scheduler_s_reason_and_others_are_not():
@@ -164,13 +279,44 @@ def test_one_pass_stops_exactly_the_stuck_bertology_workflows_and_says_why(api_s
         assert wf["spec"]["shutdown"] == "Stop"  # what `argo stop` patches (util.go patchShutdownStrategy)
         assert wf["metadata"]["annotations"]["a"] == "b"  # a merge patch: the Workflow's own annotations stay
         assert wf["metadata"]["annotations"][qw.ANNOTATION].startswith("stopped by the queue watch: ")
-    assert "waited 8d for semaphore studies/ConfigMap/bertology-semaphores/gpu" in \
+    assert "waited 8d for semaphore studies/ConfigMap/bertology-semaphores/gpu while its Workflow held none" in \
         server.workflows["queued-study"]["metadata"]["annotations"][qw.ANNOTATION]
     assert SCHEDULER in server.workflows["bad-selector"]["metadata"]["annotations"][qw.ANNOTATION]
     for untouched in ("healthy-study", "other-team", "already-stopped"):
         assert server.workflows[untouched] == {w["metadata"]["name"]: w for w in stuck_namespace()}[untouched]
     assert log.read_text().startswith("stopped bad-selector: stopped by the queue watch: ") and \
         log.read_text().endswith("(and 1 more Workflows)")
+
+
+def test_one_pass_reads_compressed_nodes_names_offloaded_ones_and_spares_a_study_making_progress(
+        api_server, tmp_path, monkeypatch, capsys):
+    """A whole pass through the real client: the Workflow whose nodes are compressed is stopped as any other,
+    the one whose nodes are offloaded is named and the pass fails for it (the others still done), and the
+    big study whose cells wait behind their own sibling is left alone."""
+    waiting = workflow("compressed-study", waiting_for_gpu("compressed-study", "cell(0:aa).finetune", days=8))
+    namespace = [compressed(waiting), offloaded(workflow("offloaded-study")), big_study(holder=True),
+                 workflow("healthy-study", waiting_for_gpu("healthy-study", "cell(0:bb).finetune", hours=1))]
+    server = api_server(namespace)
+    log = tmp_path / "termination-log"
+    monkeypatch.setenv("BERTOLOGY_TERMINATION_LOG", str(log))
+    monkeypatch.setattr(qw, "now_utc", lambda: NOW)
+    assert step.main(["--namespace", "studies", "--queue-limit", "7d", "--scheduling-limit", "1h"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out] == ["stopped compressed-study", "could not read offloaded-study"]
+    assert out[1] == ("could not read offloaded-study: its node statuses are offloaded to the Argo controller's "
+                      "database (status.offloadNodeStatusVersion fnv:784548133; persistence.nodeStatusOffLoad), which "
+                      "the queue watch cannot read: check it with `argo get`, or turn node status offloading off")
+    patched = [path.rsplit("/", 1)[1] for method, path, _ in server.requests if method == "PATCH"]
+    assert patched == ["compressed-study"]
+    assert server.workflows["compressed-study"]["spec"]["shutdown"] == "Stop"
+    assert "compressedNodes" in server.workflows["compressed-study"]["status"]  # a merge patch: status kept
+    assert log.read_text() == f"{out[0]} (and 1 more Workflows)"
+    # a dry run still fails for the Workflow it cannot read, and stops nothing
+    server.requests.clear()
+    assert step.main(["--namespace", "studies", "--queue-limit", "7d", "--scheduling-limit", "1h",
+                      "--dry-run", "true"]) == 1
+    assert not [m for m, _, _ in server.requests if m == "PATCH"]
+    assert log.read_text().startswith("could not read offloaded-study: ")
 
 
 def test_the_list_is_read_page_by_page(api_server):

@@ -96,6 +96,18 @@ def test_the_verdict_leaves_its_line_as_the_termination_message(tmp_path, monkey
     assert verdict.main(["--status", "Succeeded", "--failures", "[not json"]) == 2
 
 
+def test_no_failure_is_null_as_argo_marshals_it(capsys):
+    """Argo passes strconv.Quote(json.Marshal(failures)) of a nil slice when no node failed: `"null"`, not
+    `"[]"` (operator.go operate, `var failures []failedNodeStatus`); seen on a real 3.7.18 controller, where
+    the verdict of every study that succeeded failed with TypeError until it read null as no failure."""
+    from bertology.argo.exit_handler import failures
+
+    assert failures([], lambda name: name) == json.dumps("null")
+    assert parse_failures(json.dumps("null")) == []
+    assert verdict.main(["--status", "Succeeded", "--failures", json.dumps("null")]) == 0
+    assert capsys.readouterr().out.strip() == "workflow Succeeded: no step failed"
+
+
 def test_a_workflow_the_queue_watch_stopped_says_so_first(tmp_path, monkeypatch):
     """The watch's line (the annotation it left, in {{workflow.annotations.json}}: json.Marshal of the
     Workflow's annotations, `null` when there are none) comes first; the nodes the stop failed ("Stopped with
@@ -104,7 +116,8 @@ def test_a_workflow_the_queue_watch_stopped_says_so_first(tmp_path, monkeypatch)
     log = tmp_path / "termination-log"
     monkeypatch.setenv("BERTOLOGY_TERMINATION_LOG", str(log))
     why = ("stopped by the queue watch: cell(3:ab).finetune waited 7d 2h for semaphore "
-           "studies/ConfigMap/bertology-semaphores/gpu, past the queue limit of 7d (chart value queueWatch.queueLimit)")
+           "studies/ConfigMap/bertology-semaphores/gpu while its Workflow held none of it, past the queue limit "
+           "of 7d (chart value queueWatch.queueLimit)")
     annotations = json.dumps({"bertology.io/stopped-by-queue-watch": why, "workflows.argoproj.io/pod-name-format": "v2"})
     stopped = [failed("finetune", "finetune", "Stopped with strategy 'Stop'"),
                failed("aggregate", "aggregate", "Stopped with strategy 'Stop'")]
@@ -148,6 +161,8 @@ def test_every_study_ends_in_the_same_verdict_with_a_timeout(name):
                                             "--annotations", "{{workflow.annotations.json}}"]
     (entry,) = [t for t in spec["templates"] if t["name"] == spec["entrypoint"]]
     tasks = entry["dag"]["tasks"]
-    depended = {d for t in tasks for d in str(t.get("depends", "")).replace(".", " ").split()}
+    # `dependencies`, not `depends`: Argo refuses continueOn in a DAG that uses `depends` (validate.go)
+    assert not any("depends" in t for t in tasks)
+    depended = {d for t in tasks for d in t.get("dependencies", [])}
     targets = [t for t in tasks if t["name"] not in depended]
     assert targets and all(t.get("continueOn") == {"failed": True, "error": True} for t in targets), targets

@@ -6,6 +6,7 @@ These are the files `argo submit` gets on the cluster and `bertology run` execut
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def test_gpu_steps_request_a_gpu_and_retry_only_transient_failures():
             # one policy for every step (what it retries: tests/test_argo_failures.py, over Argo's messages)
             assert retry == steps["plan"]["retryStrategy"], name
             assert retry["limit"] == "3" and retry["retryPolicy"] == "Always"
-            assert retry["affinity"] == {"nodeAntiAffinity": {}}, name  # a retry on another node
+            assert "affinity" not in retry, name  # a retry may run on the same node (steps.yaml says why)
             assert "backoff" not in retry, name  # waited out before the policy is read; holds the GPU lock
             assert template["activeDeadlineSeconds"], name  # every pod has a deadline
             assert template["container"]["securityContext"]["readOnlyRootFilesystem"] is True
@@ -134,7 +135,7 @@ def test_pods_run_as_the_service_account_the_platform_grants_task_results():
     rules = {"bertology": [task_results],
              # the queue watch's own account: read and stop Workflows (queue-watch.yaml), besides its task results
              "bertology-queue-watch": [{"apiGroups": ["argoproj.io"], "resources": ["workflows"],
-                                        "verbs": ["get", "list", "patch"]}, task_results]}
+                                        "verbs": ["list", "patch"]}, task_results]}
     accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
     assert accounts == set(rules)
     for account, expected in rules.items():
@@ -154,7 +155,10 @@ def test_pods_run_as_the_service_account_the_platform_grants_task_results():
         params = {p["name"]: p for p in spec["arguments"]["parameters"]}
         assert params["store"]["value"] == "" and "valueFrom" not in params["store"], name
         platform = params["platform_store"]
-        assert platform == {**platform, "valueFrom": {"configMapKeyRef": {"name": "bertology-config", "key": "store"}}}
+        # default "": a deleted ConfigMap must not error every running study (operator.go setGlobalParameters
+        # reads it on every reconcile); plan then refuses to start a study in one line
+        assert platform == {**platform, "valueFrom": {"configMapKeyRef": {"name": "bertology-config", "key": "store"},
+                                                      "default": ""}}
         assert "value" not in platform, name
     assert maps["bertology-config"]["metadata"]["labels"]["workflows.argoproj.io/configmap-type"] == "Parameter"
     assert set(maps["bertology-semaphores"]["data"]) == {"gpu"}
@@ -204,3 +208,50 @@ def test_the_store_given_with_p_reaches_plan_on_every_supported_argo_version(tmp
     assert list(mine.glob("studies/reversed-layers/*/plan.json")) and not platform.exists()
     if version == "4.1.2":  # the same on every version: the ConfigMap's store when none is given
         assert plan_store() == f"file://{platform}"
+
+
+def _task_arguments(template: dict) -> list[tuple[str, str]]:
+    return [(task["name"], json.dumps(task.get("arguments") or {}))
+            for task in (template.get("dag") or {}).get("tasks") or []]
+
+
+def test_only_plan_reads_platform_store_every_later_step_takes_plan_s_store():
+    """Argo reads `platform_store`'s ConfigMap again on every reconcile; a step after plan reading it would
+    move a running study, or after `helm uninstall` get "" and fail. Every other task takes
+    {{tasks.plan.outputs.parameters.store}}."""
+    library = load_library(TEMPLATES)
+    for name in ("bertology-study", "bertology-vocab-overlap", "bertology-nightly-regression"):
+        spec = library[name].spec
+        for template in spec["templates"]:
+            for task, arguments in _task_arguments(template):
+                reads = "workflow.parameters.platform_store" in arguments
+                assert reads == (task == "plan"), (name, task)
+                if task != "plan" and '"name": "store"' in arguments:
+                    assert "{{tasks.plan.outputs.parameters.store}}" in arguments, (name, task)
+            assert "platform_store" not in json.dumps({k: v for k, v in template.items() if k != "dag"}), name
+    for template in library["bertology-steps"].spec["templates"]:
+        params = {p["name"] for p in (template.get("inputs") or {}).get("parameters") or []}
+        assert ("platform_store" in params) == (template["name"] in ("plan", "vocab-plan")), template["name"]
+
+
+@pytest.mark.parametrize("study", ["reversed-layers.yaml", "vocab-overlap.yaml"])
+def test_plan_refuses_a_study_with_no_store_in_one_line_when_the_config_map_is_gone(tmp_path, monkeypatch, study):
+    """After `helm uninstall` (or without the chart's ConfigMap) `platform_store` takes its default "", and a
+    study submitted without -p store has no store: plan, the first step, refuses it naming both parameters
+    and how to set them, before any GPU step (a dry run runs plan only)."""
+    from bertology.argo.runner import run_workflow
+    from bertology.steps.harness import NO_STORE
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    templates = tmp_path / "templates"
+    shutil.copytree(TEMPLATES, templates)
+    docs = [d for d in load_documents(templates / "platform.yaml") if d["metadata"]["name"] != "bertology-config"]
+    (templates / "platform.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    result = run_workflow(WORKFLOWS / study, params={"preset": "tiny"}, templates_dir=templates,
+                          workdir=tmp_path / "work", project_root=REPO, log=lambda _: None, dry_run=True,
+                          fork_server=True)
+    plan = result.nodes["plan"]
+    assert (plan.phase, plan.exit_code, plan.attempts) == ("Failed", 2, 1)  # bad input: not retried
+    assert plan.tries[0].message == f"main: Error (exit code 2): error: {NO_STORE}"
+    assert "store is empty and so is platform_store" in NO_STORE and "\n" not in NO_STORE
+    assert not [n for n, node in result.nodes.items() if node.tries and n != "plan"]  # no other pod ran

@@ -68,6 +68,10 @@ Context: dict with doc (the parsed document), path (its file) and root (the char
 {{- $_ := set $secret "name" $root.Values.s3.secretName }}
 {{- end }}
 {{- end }}
+{{- $container := . }}
+{{- with get ($root.Values.resources | default dict) (toString $t.name) }}
+{{- $_ := set $container "resources" (mergeOverwrite (deepCopy ($container.resources | default dict)) (deepCopy .)) }}
+{{- end }}
 {{- $gpu := false }}
 {{- range $amounts := list (dig "resources" "requests" dict .) (dig "resources" "limits" dict .) }}
 {{- if hasKey $amounts "nvidia.com/gpu" }}
@@ -93,9 +97,11 @@ Context: dict with doc (the parsed document), path (its file) and root (the char
 
 {{/*
 What the "restricted" Pod Security Standard needs of a step template and that only the template can give
-(README, "Pod Security"; tests/test_pod_security.py checks every rule on the pods Argo makes): RuntimeDefault
-seccomp on the pod, so that Argo's init and wait containers have it too; no privilege escalation and every
-capability dropped in the container; the labels the NetworkPolicy selects step pods by.
+(docs/kubernetes.md, "Pod Security and the network"; tests/test_pod_security.py checks every rule on the pods
+Argo makes): RuntimeDefault seccomp on the pod, so that Argo's init and wait containers have it too; no
+privilege escalation and every capability dropped in the container, and in Argo's init and wait through the
+template's podSpecPatch (merged into them by name after the pod is built: util.ApplyPodSpecPatch), so the
+controller needs no executor setting; the labels the NetworkPolicy selects step pods by.
 Context: dict with template, container and where (the file and template, for the message).
 */}}
 {{- define "bertology.restricted" -}}
@@ -109,8 +115,64 @@ Context: dict with template, container and where (the file and template, for the
 {{- if not (has "ALL" (dig "securityContext" "capabilities" "drop" list .container)) }}
 {{- fail (printf "%s: container.securityContext.capabilities.drop must hold ALL" .where) }}
 {{- end }}
+{{- $patch := fromYaml (toString ($t.podSpecPatch | default "")) }}
+{{- range $field, $name := dict "initContainers" "init" "containers" "wait" }}
+{{- $locked := false }}
+{{- range $c := (get $patch $field | default list) }}
+{{- if and (kindIs "map" $c) (eq (toString (get $c "name")) $name) (eq (toString (dig "securityContext" "allowPrivilegeEscalation" "" $c)) "false") (has "ALL" (dig "securityContext" "capabilities" "drop" list $c)) }}
+{{- $locked = true }}
+{{- end }}
+{{- end }}
+{{- if not $locked }}
+{{- fail (printf "%s: podSpecPatch must give Argo's %s container (%s) securityContext allowPrivilegeEscalation: false and capabilities.drop [ALL] (the restricted standard's per-container rules, which no controller-wide setting should give)" $.where $name $field) }}
+{{- end }}
+{{- end }}
 {{- $labels := dig "metadata" "labels" dict $t }}
 {{- if or (ne (toString (get $labels "app.kubernetes.io/name")) "bertology") (ne (toString (get $labels "app.kubernetes.io/component")) "step") }}
 {{- fail (printf "%s: metadata.labels must carry app.kubernetes.io/name: bertology and app.kubernetes.io/component: step (the NetworkPolicy selects step pods by them)" .where) }}
 {{- end }}
+{{- end }}
+
+
+{{/*
+The queue watch's ValidatingAdmissionPolicy: its variables and validations (templates/queue-watch-policy.yaml
+says what they allow and why). bertology's own WorkflowTemplates are those the watch stops
+(bertology.argo.queue_watch.WATCHED); workflows/templates/platform.yaml carries the same for an install
+without the chart (tests/test_chart.py checks that they agree).
+*/}}
+{{- define "bertology.queueWatchPolicy" -}}
+variables:
+  - name: spec
+    expression: "has(object.spec) ? object.spec : {}"
+  - name: oldSpec
+    expression: "has(oldObject.spec) ? oldObject.spec : {}"
+  - name: annotations
+    expression: "has(object.metadata.annotations) ? object.metadata.annotations : {}"
+  - name: oldAnnotations
+    expression: "has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}"
+validations:
+  - expression: >-
+      has(variables.oldSpec.workflowTemplateRef) && has(variables.oldSpec.workflowTemplateRef.name) &&
+      variables.oldSpec.workflowTemplateRef.name in ['bertology-study', 'bertology-vocab-overlap', 'bertology-nightly-regression'] &&
+      !(has(variables.oldSpec.workflowTemplateRef.clusterScope) && variables.oldSpec.workflowTemplateRef.clusterScope == true)
+    message: "the queue watch's account may change only Workflows of bertology's own WorkflowTemplates (spec.workflowTemplateRef.name bertology-study, bertology-vocab-overlap or bertology-nightly-regression)"
+    reason: Forbidden
+  - expression: >-
+      has(variables.spec.shutdown) && variables.spec.shutdown == 'Stop' &&
+      variables.spec.all(k, k == 'shutdown' || (k in variables.oldSpec && variables.spec[k] == variables.oldSpec[k])) &&
+      variables.oldSpec.all(k, k == 'shutdown' || k in variables.spec)
+    message: "the queue watch's account may change only spec.shutdown, to Stop"
+    reason: Forbidden
+  - expression: >-
+      variables.annotations.all(k, k == 'bertology.io/stopped-by-queue-watch' || (k in variables.oldAnnotations && variables.annotations[k] == variables.oldAnnotations[k])) &&
+      variables.oldAnnotations.all(k, k == 'bertology.io/stopped-by-queue-watch' || k in variables.annotations)
+    message: "the queue watch's account may change only the annotation bertology.io/stopped-by-queue-watch"
+    reason: Forbidden
+  - expression: >-
+      (has(object.metadata.labels) ? object.metadata.labels : {}) == (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}) &&
+      (has(object.metadata.finalizers) ? object.metadata.finalizers : []) == (has(oldObject.metadata.finalizers) ? oldObject.metadata.finalizers : []) &&
+      (has(object.metadata.ownerReferences) ? object.metadata.ownerReferences : []) == (has(oldObject.metadata.ownerReferences) ? oldObject.metadata.ownerReferences : []) &&
+      (has(object.status) ? object.status : {}) == (has(oldObject.status) ? oldObject.status : {})
+    message: "the queue watch's account may not change a Workflow's labels, finalizers, owner references or status"
+    reason: Forbidden
 {{- end }}

@@ -218,8 +218,8 @@ class Containers:
                     time.sleep(local)
                 result.message = decision.message or message  # the Retry node's message (processNodeRetries)
                 break
-            elsewhere = (" on a node where no attempt failed (retryStrategy.affinity.nodeAntiAffinity; this machine "
-                         "is the only node here)") if strategy.other_node else ""
+            elsewhere = (" on a node where no attempt failed, or Pending until there is one (retryStrategy.affinity."
+                         "nodeAntiAffinity, Argo 3.7.1+; this machine is the only node here)") if strategy.other_node else ""
             self.emit(node_name, f"{phase} ({message}); retry {len(attempts)}/{strategy.limit}{elsewhere}: Argo backs "
                                  f"off {decision.wait_s:g}s, waiting {local:g}s locally")
             self.notify(RunEvent("retry", node_name, phase, count=len(attempts), message=message, exit_code=code,

@@ -63,7 +63,8 @@ def go_marshal(value: Any) -> str:
 def failures(nodes: Iterable[Any], pod_name) -> str:
     """`workflow.failures`: strconv.Quote of the JSON list of Failed and Error nodes. `nodes` are the
     runner's NodeResults (name, template, phase, message, tries, finished); a retried container contributes
-    its failed attempts too."""
+    its failed attempts too. No failure gives `null`, not `[]`: Argo marshals a nil slice (operator.go
+    operate: `var failures []failedNodeStatus`, json.Marshal)."""
     entries = []
 
     def entry(name: str, template: str, phase: str, message: str, finished: float | None) -> dict:
@@ -76,13 +77,14 @@ def failures(nodes: Iterable[Any], pod_name) -> str:
         if node.retried:
             entries += [entry(f"{node.name}({i})", node.template, a.phase, a.message, a.finished)
                         for i, a in enumerate(node.tries) if a.phase in ("Failed", "Error")]
-    return go_quote(go_marshal(entries))
+    return go_quote(go_marshal(entries or None))
 
 
 def parse_failures(text: str) -> list[dict]:
-    """The list an exit handler gets in `{{workflow.failures}}` (a JSON string holding the JSON list)."""
+    """The list an exit handler gets in `{{workflow.failures}}` (a JSON string holding the JSON list, or
+    `null` when no node failed)."""
     value = json.loads(text) if text.strip() else []
-    return json.loads(value) if isinstance(value, str) else value
+    return (json.loads(value) if isinstance(value, str) else value) or []
 
 
 def outcome(entry_phase: str, entry_message: str, exit_node: Any | None) -> tuple[str, str]:

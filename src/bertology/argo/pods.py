@@ -1,29 +1,39 @@
 """The Pods Argo's controller makes of our templates, as manifests: what a Pod Security admission check and
 checkov see (`make lint`, tests/test_pod_security.py), checked before any cluster does.
 
-Follows workflow/controller/workflowpod.go, createWorkflowPod (v3.6.19; podBuilder.build in v4.1.2), in
-the default layout:
+Follows workflow/controller/workflowpod.go, createWorkflowPod (v3.6.19, v3.7.18; podBuilder.build in v4.1.2),
+in the default layout:
 - metadata: labels `workflows.argoproj.io/workflow` and `.../completed`, then addMetadata copies the
   Workflow's spec.podMetadata and then the template's metadata (labels and annotations);
 - spec: restartPolicy Never; createVolumes: `var-run-argo` and `tmp-dir-argo` (emptyDirs) before the
   template's volumes; setupServiceAccount (template, else Workflow); spec.hostNetwork, dnsPolicy,
   dnsConfig and imagePullSecrets from the Workflow;
-- containers `wait` then `main`, init container `init`: newExecContainer gives `init` and `wait` the
-  controller's executor image, resources and securityContext (workflow-controller-configmap key
-  `executor`; nil when unset, so they get only what the pod-level securityContext gives); the main
-  container runs under `/var/run/argo/argoexec emissary --` with `var-run-argo` mounted;
+- a container or script template: containers `wait` then `main`, init container `init`. newExecContainer
+  gives `init` and `wait` the controller's executor image, resources and securityContext
+  (workflow-controller-configmap key `executor`: `--controller`; nil by default, so they get only what the
+  pod-level securityContext and a podSpecPatch give them); the main container runs under
+  `/var/run/argo/argoexec emissary --` with `var-run-argo` mounted;
+- a resource template: no `wait` (v3.6; from v3.7 only with archived logs, which is refused here), and its
+  `main` is argoexec too (operator.go executeResource: `newExecContainer(common.MainContainerName, tmpl)`,
+  `argoexec resource ACTION`). With no executor securityContext, newExecContainer locks its containers down
+  with `common.MinimalCtrSC()` (non-root user 8737, no capabilities, no privilege escalation, RuntimeDefault
+  seccomp), the root filesystem read-only on `main` only ("TODO: always set RO FS once #10787 is fixed");
+  any controller executor securityContext replaces that whole;
 - addSchedulingConstraints: nodeSelector, affinity, tolerations (template, else the enclosing DAG's, else
   the Workflow's), schedulerName, priorityClassName, hostAliases, and the pod securityContext: the
   template's replaces the Workflow's spec.securityContext whole, it is not merged;
-- a script template's main container gets the `argo-staging` emptyDir (addScriptStagingVolume).
+- a script template's main container gets the `argo-staging` emptyDir (addScriptStagingVolume);
+- last, the Workflow's podSpecPatch and then the template's, each a strategic merge patch of the pod spec
+  (util.ApplyPodSpecPatch: pod_spec_patch.py); containers are merged by name, so a patch naming `init` and
+  `wait` sets fields of Argo's own containers, which nothing else in a template can reach.
 
 A Workflow's spec is joined onto its workflowTemplateRef's (workflow/util/merge.go JoinWorkflowSpec, a
-strategic merge: maps merged, lists replaced here). What this cannot know is refused by name:
-podSpecPatch (applied last, util.ApplyPodSpecPatch, so it can undo any field), template types other than
-container and script, and controller settings that reshape pods (mainContainer, workflowDefaults,
-initlessPod, kubeConfig). Pod names are `<workflow>-<template>`, not Argo's hashed ones.
+strategic merge: maps merged, lists replaced here). What this cannot know is refused by name: template types
+other than container, script and resource, a podSpecPatch it cannot apply faithfully (pod_spec_patch.py),
+and controller settings that reshape pods (mainContainer, workflowDefaults, initlessPod, kubeConfig). Pod
+names are `<workflow>-<template>`, not Argo's hashed ones.
 
-    python -m bertology.argo.pods --templates DIR --controller CONFIGMAP --out DIR FILE...
+    python -m bertology.argo.pods --templates DIR [--controller CONFIGMAP] --out DIR FILE...
 writes each document's pods to OUT/<kind>-<name>.yaml and exits 1 if any fails the restricted standard.
 """
 
@@ -37,7 +47,7 @@ from pathlib import Path
 import yaml
 
 from bertology import pod_security
-from bertology.argo import deadlines
+from bertology.argo import deadlines, pod_spec_patch
 from bertology.argo.documents import (
     Source,
     effective_spec,
@@ -81,34 +91,56 @@ def _join(base: dict, over: dict) -> dict:
     return out
 
 
-def _exec_container(name: str, command: list[str], executor: dict) -> dict:
-    """workflowpod.go newExecContainer: the controller's executor settings, nothing from the template."""
+def minimal_container_security() -> dict:
+    """workflow/common/security_context.go `MinimalCtrSC` (v3.6.19, v3.7.18, v4.1.2)."""
+    return {"capabilities": {"drop": ["ALL"]}, "privileged": False, "runAsNonRoot": True, "runAsUser": 8737,
+            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _exec_container(name: str, command: list[str], executor: dict, kind: str = "container") -> dict:
+    """workflowpod.go newExecContainer: the controller's executor settings, nothing from the template; for a
+    resource template with no executor securityContext, Argo's own lockdown ("lock down resource pods by
+    default": MinimalCtrSC, its read-only root filesystem left unset on `init` and `wait`)."""
     container = {"name": name, "image": executor.get("image", DEFAULT_EXECUTOR_IMAGE), "command": command}
     for key in ("imagePullPolicy", "resources", "securityContext", "args"):
         if key in executor:
             container[key] = copy.deepcopy(executor[key])
+    if kind == "resource" and executor.get("securityContext") is None:
+        container["securityContext"] = minimal_container_security()
+        if name in ("init", "wait"):
+            del container["securityContext"]["readOnlyRootFilesystem"]
     return container
 
 
 def pod(template: dict, wf_spec: dict, wf_name: str, executor: dict, boundary: dict | None = None,
         where: str = "") -> dict:
-    """The Pod the controller creates for a container or script template (podBuilder.build)."""
+    """The Pod the controller creates for a container, script or resource template (podBuilder.build)."""
     where = where or f"template {template.get('name')}"
-    for holder, label in ((wf_spec, "the Workflow"), (template, where)):
-        if "podSpecPatch" in holder:
-            raise BadInput(f"{label}: podSpecPatch is applied after the pod is built and can change any field; "
-                           "the Pod Security check refuses it (set the fields themselves)")
-    kind = "container" if "container" in template else "script" if "script" in template else None
+    patches = [pod_spec_patch.parse(holder["podSpecPatch"], label)
+               for holder, label in ((wf_spec, "the Workflow"), (template, where)) if holder.get("podSpecPatch")]
+    kind = next((k for k in ("container", "script", "resource") if k in template), None)
     if kind is None:
-        raise BadInput(f"{where}: only container and script templates are modelled as pods")
+        raise BadInput(f"{where}: only container, script and resource templates are modelled as pods")
     tmpl = copy.deepcopy(template)
-    main = {**{k: v for k, v in tmpl[kind].items() if k != "source"}, "name": "main"}
+    if kind == "resource":
+        if (tmpl.get("archiveLocation") or {}).get("archiveLogs"):
+            raise BadInput(f"{where}: a resource template that archives its logs has a wait container from "
+                           "v3.7 on; not modelled")
+        main = _exec_container("main", ["argoexec", "resource", str(tmpl["resource"].get("action", ""))],
+                               executor, kind)
+        main["volumeMounts"] = [{"name": "tmp-dir-argo", "mountPath": "/tmp", "subPath": "0"}]
+        containers = [main]
+    else:
+        main = {**{k: v for k, v in tmpl[kind].items() if k != "source"}, "name": "main"}
+        main["volumeMounts"] = list(main.get("volumeMounts", []))
+        wait = _exec_container("wait", ["argoexec", "wait"], executor, kind)
+        wait["volumeMounts"] = [{"name": "tmp-dir-argo", "mountPath": "/tmp", "subPath": "0"},
+                                {"name": "var-run-argo", "mountPath": "/var/run/argo"}]
+        containers = [wait, main]
     main["command"] = ["/var/run/argo/argoexec", "emissary", "--", *main.get("command", [])]
-    main["volumeMounts"] = [*main.get("volumeMounts", []), {"name": "var-run-argo", "mountPath": "/var/run/argo"}]
-    wait = _exec_container("wait", ["argoexec", "wait"], executor)
-    wait["volumeMounts"] = [{"name": "tmp-dir-argo", "mountPath": "/tmp", "subPath": "0"},
-                            {"name": "var-run-argo", "mountPath": "/var/run/argo"}]
-    init = _exec_container("init", ["argoexec", "init"], executor)
+    main["volumeMounts"].append({"name": "var-run-argo", "mountPath": "/var/run/argo"})
+    init = _exec_container("init", ["argoexec", "init"], executor, kind)
     init["volumeMounts"] = [{"name": "var-run-argo", "mountPath": "/var/run/argo"}]
     spec: dict = {"restartPolicy": "Never", "volumes": [VAR_RUN_ARGO, TMP_DIR_ARGO, *tmpl.get("volumes", [])]}
     if "activeDeadlineSeconds" in tmpl:
@@ -123,7 +155,7 @@ def pod(template: dict, wf_spec: dict, wf_name: str, executor: dict, boundary: d
         spec["serviceAccountName"] = account
     if tmpl.get("automountServiceAccountToken", wf_spec.get("automountServiceAccountToken")) is False:
         spec["automountServiceAccountToken"] = False
-    spec["containers"], spec["initContainers"] = [wait, main], [init]
+    spec["containers"], spec["initContainers"] = containers, [init]
     if kind == "script":
         spec["volumes"].append({"name": "argo-staging", "emptyDir": {}})
         main["volumeMounts"].append({"name": "argo-staging", "mountPath": "/argo/staging"})
@@ -146,6 +178,9 @@ def pod(template: dict, wf_spec: dict, wf_name: str, executor: dict, boundary: d
     for meta in (wf_spec.get("podMetadata") or {}, tmpl.get("metadata") or {}):
         labels.update(meta.get("labels") or {})
         annotations.update(meta.get("annotations") or {})
+    # util.ApplyPodSpecPatch, last: the Workflow's patch, then the template's (processPodSpecPatch)
+    for patch in patches:
+        spec = pod_spec_patch.apply(spec, patch, where)
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"{wf_name}-{tmpl.get('name')}", "labels": labels, "annotations": annotations},
             "spec": spec}
@@ -212,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bertology.argo.pods", description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", help="Workflow, CronWorkflow or WorkflowTemplate YAML files")
     parser.add_argument("--templates", help="directory of the WorkflowTemplates that templateRefs name")
-    parser.add_argument("--controller", help="the workflow-controller-configmap (its `executor` setting)")
+    parser.add_argument("--controller", help="a workflow-controller-configmap whose `executor` setting to model "
+                                             "(default: none, Argo's defaults)")
     parser.add_argument("--out", required=True, help="directory for the Pod manifests")
     args = parser.parse_args(argv)
     try:

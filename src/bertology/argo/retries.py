@@ -18,12 +18,16 @@ Follows workflow/controller/operator.go `processNodeRetries` (v3.6 to v4.1), in 
 Exit codes: cmd/argoexec/commands/emissary.go `exitCodeFromErr` reports a process killed by any signal as
 137, as `exit_code` does with a local process's negative return code.
 
-`affinity: {nodeAntiAffinity: {}}`: each retry's pod gets a required node affinity `kubernetes.io/hostname
-NotIn` every node where a pod of the Retry node failed (workflow/controller/retry_tweak.go
-`RetryOnDifferentHost`, workflow/util/retry `GetFailHosts`, `AddHostnamesToAffinity`; v3.6 applies it for
-any `affinity`, v4 for `nodeAntiAffinity`). It changes where a retry runs, not whether: this machine is the
-only node, so locally the retry runs here again, as on a cluster with another node free, and the log says
-which node Argo would have avoided.
+`affinity: {nodeAntiAffinity: {}}` (none of bertology's own templates sets it): from v3.7.1 each retry's pod
+gets a required node affinity `kubernetes.io/hostname NotIn` every node where a pod of its Retry node failed
+(workflow/controller/retry_tweak.go `FindRetryNode`, `RetryOnDifferentHost`; workflow/util/retry
+`GetFailHosts`, `AddHostnamesToAffinity`), so with no other node that can take it the retry stays Pending,
+holding the step's semaphores. v3.6 looks the Retry node up by the template of the DAG or steps node around
+the pod (`FindRetryNode` before upstream #14576, fixed in v3.7.1), so a step inside a DAG gets no affinity (or
+the failed hosts of a Retry node that runs that DAG's template); only a retried step that is the Workflow's
+entrypoint gets its own. It
+changes where a retry runs, not whether: this machine is the only node, so locally the retry runs here
+again, and the log says which node Argo would have avoided.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ class RetryStrategy:
     factor: int | None
     max_duration_s: float | None
     cap_s: float | None
-    other_node: bool = False  # affinity.nodeAntiAffinity: each retry on a node where no attempt failed
+    other_node: bool = False  # affinity.nodeAntiAffinity: a retry kept off the nodes where one failed (v3.7.1+)
 
     @classmethod
     def parse(cls, raw: dict | None) -> RetryStrategy | None:

@@ -221,12 +221,16 @@ def dag(where: str, tasks: list[dict]) -> Iterator[Problem]:
 
 
 def dag_task(at: str, task: dict, uses_depends: bool) -> Iterator[Problem]:
-    """validate.go `validateDAG` on one task: validateWorkflowFieldNames(tmpl.DAG.Tasks), the digit rule,
+    """validate.go `validateDAG` on one task: validateWorkflowFieldNames(tmpl.DAG.Tasks), the digit rule, no
+    continueOn in a DAG that uses `depends` (its dependents' expressions say which phases they run after),
     and validateArguments on its arguments (no empty values there)."""
     yield from field_name(at, "task", task.get("name"))
     name = str(task.get("name") or "")
     if (uses_depends or task.get("dependencies")) and name[:1].isdigit() and name[:1].isascii():
         yield at, f"task name '{name}' cannot begin with a digit when using either 'depends' or 'dependencies'"
+    if uses_depends and task.get("continueOn") is not None:
+        yield at, ("cannot use 'continueOn' when using 'depends'. Instead use 'dep-task.Failed'/'dep-task.Errored' "
+                   "(or `dependencies` with continueOn, where a last task's failure must not fail the DAG)")
     yield from argument_list(f"{at}.arguments", task.get("arguments"), allow_empty=False)
 
 

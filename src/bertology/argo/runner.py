@@ -70,21 +70,53 @@ from bertology.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, BadInput
 # what callers import from here (the entry point), wherever it is defined
 __all__ = [
     "ALLOWED", "LOCAL_GRACE_S", "MAX_LOCAL_BACKOFF_S", "WHY", "NodeResult", "PodCall", "Prepared", "RunEvent",
-    "RunResult", "check_supported", "local_configmaps", "parse_argo_version", "prepare", "reachable", "run_workflow",
+    "RunResult", "check_supported", "configmap_value", "local_configmaps", "parameter_configmaps", "parse_argo_version",
+    "prepare", "reachable", "run_workflow",
 ]
+
+
+def _configmap_documents(templates_dir: Path | None) -> list[dict]:
+    if templates_dir is None or not Path(templates_dir).is_dir():
+        return []
+    return [doc for path in sorted(Path(templates_dir).glob("*.y*ml")) for doc in load_documents(path)
+            if doc.get("kind") == "ConfigMap"]
 
 
 def local_configmaps(templates_dir: Path | None) -> dict[str, dict[str, str]]:
     """The ConfigMaps a cluster would have, from the ConfigMap documents beside the WorkflowTemplates
     (workflows/templates/platform.yaml): name -> data."""
-    maps: dict[str, dict[str, str]] = {}
-    if templates_dir is None or not Path(templates_dir).is_dir():
-        return maps
-    for path in sorted(Path(templates_dir).glob("*.y*ml")):
-        for doc in load_documents(path):
-            if doc.get("kind") == "ConfigMap":
-                maps[str((doc.get("metadata") or {}).get("name"))] = {k: str(v) for k, v in (doc.get("data") or {}).items()}
-    return maps
+    return {str((doc.get("metadata") or {}).get("name")): {k: str(v) for k, v in (doc.get("data") or {}).items()}
+            for doc in _configmap_documents(templates_dir)}
+
+
+# workflow/common/common.go LabelKeyConfigMapType, LabelValueTypeConfigMapParameter
+PARAMETER_LABEL = ("workflows.argoproj.io/configmap-type", "Parameter")
+
+
+def parameter_configmaps(templates_dir: Path | None) -> dict[str, dict[str, str] | None]:
+    """The ConfigMaps a workflow parameter's valueFrom.configMapKeyRef may read: name -> data, or None for one
+    without the label Argo requires of a parameter ConfigMap."""
+    out: dict[str, dict[str, str] | None] = {}
+    for doc in _configmap_documents(templates_dir):
+        meta = doc.get("metadata") or {}
+        labelled = (meta.get("labels") or {}).get(PARAMETER_LABEL[0]) == PARAMETER_LABEL[1]
+        out[str(meta.get("name"))] = {k: str(v) for k, v in (doc.get("data") or {}).items()} if labelled else None
+    return out
+
+
+def configmap_value(configmaps: dict[str, dict[str, str] | None], name: str, key: str) -> tuple[str | None, str]:
+    """workflow/common/configmap.go `GetConfigMapValue` (v3.6.19, v3.7.18, v4.1.2): the value, or None and
+    Argo's error: the ConfigMap missing, without the Parameter label, or without the key."""
+    if name not in configmaps:
+        return None, (f"ConfigMap '{name}' does not exist. Please make sure it has the label "
+                      f"{PARAMETER_LABEL[0]}: {PARAMETER_LABEL[1]} to be detectable by the controller")
+    data = configmaps[name]
+    if data is None:
+        return None, (f"ConfigMap '{name}' needs to have the label {PARAMETER_LABEL[0]}: {PARAMETER_LABEL[1]} "
+                      f"to load parameters")
+    if key not in data:
+        return None, f"ConfigMap '{name}' does not have the key '{key}'"
+    return data[key], ""
 
 
 ARGO_VERSION = ARGO_NEWEST.removeprefix("v")  # whose parameter merge the runner follows unless told otherwise
@@ -108,15 +140,18 @@ def parse_argo_version(text: str | None) -> tuple[int, int, int]:
 
 
 def _workflow_parameters(spec: dict, params: dict[str, str], label: str,
-                         configmaps: dict[str, dict[str, str]], source: Source | None = None,
+                         configmaps: dict[str, dict[str, str] | None], source: Source | None = None,
                          base: Source | None = None, version: tuple[int, int, int] | None = None) -> dict[str, str]:
     """The workflow's parameter values as operator.go `setGlobalParameters` sets them, after the Workflow's
     parameters (`source`, a -p value replacing its own: util.go `overrideParameters`) are joined with its
     WorkflowTemplate's (`base`) by name as `version` joins them (documents.join_parameter). From v3.7.0:
     `value`, else `valueFrom.configMapKeyRef` (else its `default`); before, a `valueFrom.configMapKeyRef`
     comes first (`if param.ValueFrom != nil && param.ValueFrom.ConfigMapKeyRef != nil {` ... `} else if
-    param.Value != nil {`), so a WorkflowTemplate's ConfigMap wins over -p. An unknown -p is refused: Argo
-    would add it and ignore it silently (workflow/util/util.go overrideParameters), hiding a typo."""
+    param.Value != nil {`), so a WorkflowTemplate's ConfigMap wins over -p. The ConfigMap is read as
+    `GetConfigMapValue` reads it (`configmaps`: parameter_configmaps): when it is missing, lacks the label or
+    the key, `valueFrom.default` is taken if there is one, else the Workflow fails with Argo's "failed to set
+    global parameter …" (refused here before anything runs). An unknown -p is refused: Argo would add it and
+    ignore it silently (workflow/util/util.go overrideParameters), hiding a typo."""
     version = version or parse_argo_version(None)
     declared = {p["name"]: p for p in (spec.get("arguments") or {}).get("parameters") or []}
     for name in params:
@@ -133,13 +168,14 @@ def _workflow_parameters(spec: dict, params: dict[str, str], label: str,
         ref = (joined.get("valueFrom") or {}).get("configMapKeyRef")
         value = joined.get("value") if version >= VALUE_WINS_FROM or not ref else None
         if value is None and ref:
-            data = configmaps.get(str(ref.get("name")), {})
-            value = data.get(str(ref.get("key")), joined["valueFrom"].get("default"))
+            value, error = configmap_value(configmaps, str(ref.get("name")), str(ref.get("key")))
+            if value is None:
+                value = joined["valueFrom"].get("default")
             if value is None:
                 cure = (f"pass -p {name}=VALUE" if version >= VALUE_WINS_FROM else
                         f"on Argo {'.'.join(map(str, version[:2]))} a -p value does not replace it")
-                raise BadInput(f"workflow parameter '{name}' comes from ConfigMap {ref.get('name')} key "
-                               f"{ref.get('key')}, which this machine does not have; {cure}")
+                raise BadInput(f"failed to set global parameter {name} from configmap with name {ref.get('name')} "
+                               f"and key {ref.get('key')}: {error} (valueFrom has no default; {cure})")
         if value is None:
             raise BadInput(f"workflow parameter '{name}' has no value; pass -p {name}=VALUE")
         value = any_string(value)
@@ -220,7 +256,9 @@ def prepare(path: str | Path, *, params: dict[str, str], templates_dir: str | Pa
     spec, templates = effective_spec(source, library)
     check_supported(source, spec, templates, library)
     configmaps = local_configmaps(Path(templates_dir) if templates_dir else None)
-    values = _workflow_parameters(spec, params, source.label, configmaps, source, templates, version)
+    values = _workflow_parameters(spec, params, source.label,
+                                  parameter_configmaps(Path(templates_dir) if templates_dir else None),
+                                  source, templates, version)
     if parallelism is not None and parallelism < 1:
         raise BadInput(f"parallelism must be at least 1, got {parallelism}")
     caps = [c for c in (parallelism, spec.get("parallelism")) if c]

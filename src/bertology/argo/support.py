@@ -9,13 +9,14 @@ reads only `valueFrom.default`), a backoff's `maxDuration` (workflow/controller/
 `getDeadline`), template-level `failFast` (operator.go `checkParallelism`), `pendingTimeout`, and a
 template's `timeout` where it would count a semaphore wait or earlier attempts (deadlines.py). A
 retryStrategy without `limit` is refused because operator.go `processNodeRetries` then retries without end.
-A retryStrategy's `affinity` (`{nodeAntiAffinity: {}}`, the schema's only form) changes nothing on one
-machine (retries.py).
+A retryStrategy's `affinity` (`{nodeAntiAffinity: {}}`, the schema's only form; bertology's own templates set
+none) changes nothing on one machine (retries.py). A `podSpecPatch` that only names Argo's own `init` and
+`wait` containers is accepted and ignored (there are none here: pod_spec_patch.py); any other is refused.
 """
 
 from __future__ import annotations
 
-from bertology.argo import deadlines
+from bertology.argo import deadlines, pod_spec_patch
 from bertology.argo.documents import TAG, Source, resolve_task_template
 from bertology.argo.expressions import ExpressionError
 from bertology.argo.retries import RetryError, RetryStrategy
@@ -51,6 +52,7 @@ ALLOWED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "podPriorityClassName",
             "dnsPolicy",
             "dnsConfig",
+            "podSpecPatch",
         ),
     ),
     "workflow arguments": (("parameters",), ()),
@@ -60,7 +62,7 @@ ALLOWED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "template": (
         ("name", "inputs", "outputs", "container", "dag", "retryStrategy", "synchronization", "activeDeadlineSeconds",
          "timeout"),
-        _SCHEDULING,
+        _SCHEDULING + ("podSpecPatch",),
     ),
     "synchronization": (("semaphores", "semaphore"), ()),
     "inputs": (("parameters",), ()),
@@ -124,6 +126,7 @@ def check_supported(source: Source, spec: dict, templates: Source, library: dict
     Checks the (effective) workflow spec and every template reachable from its entrypoint.
     """
     _keys(spec, "workflow spec", f"of {source.label}")
+    _pod_spec_patch(spec, f"the workflow spec of {source.label}")
     _keys(spec.get("workflowTemplateRef"), "workflowTemplateRef", f"of {source.label}")
     _keys(spec.get("arguments"), "workflow arguments", f"of {source.label}")
     for param in (spec.get("arguments") or {}).get("parameters") or []:
@@ -153,8 +156,21 @@ def reachable(spec: dict, templates: Source, library: dict[str, Source]) -> list
     return out
 
 
+def _pod_spec_patch(holder: dict, where: str) -> None:
+    """A podSpecPatch is accepted (and ignored) only when it changes nothing but Argo's own `init` and `wait`
+    containers, which a local pod does not have; anything else would change the step's own container or
+    pod, which the runner would not do."""
+    if not holder.get("podSpecPatch"):
+        return
+    patch = pod_spec_patch.parse(holder["podSpecPatch"], where)
+    if not pod_spec_patch.argo_containers_only(patch):
+        raise BadInput(f"unsupported Argo feature 'podSpecPatch' in {where} (the local runner accepts one that "
+                       f"changes only Argo's own containers, initContainers 'init' and containers 'wait')")
+
+
 def _template(template: dict, where: str) -> None:
     _keys(template, "template", where)
+    _pod_spec_patch(template, f"template {where}")
     _keys(template.get("synchronization"), "synchronization", f"of template {where}")
     for ref in (template.get("synchronization") or {}).get("semaphores") or []:
         if set(ref) != {"configMapKeyRef"}:

@@ -22,8 +22,10 @@ from bertology.errors import BadInput
 
 __all__ = ["PLATFORM_KINDS", "ValidationFailed", "validate_file", "validate_or_raise"]
 
-# Kubernetes kinds the step library's directory may hold beside the WorkflowTemplates.
-PLATFORM_KINDS = ("ConfigMap", "ServiceAccount", "Role", "RoleBinding")
+# Kubernetes kinds the step library's directory may hold beside the WorkflowTemplates (the queue watch's
+# admission policy among them: templates/platform.yaml).
+PLATFORM_KINDS = ("ConfigMap", "ServiceAccount", "Role", "RoleBinding", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding")
 
 
 class ValidationFailed(BadInput):

@@ -51,16 +51,29 @@ def parser(step: str) -> argparse.ArgumentParser:
     return p
 
 
+# plan's refusal when the Workflow names no store at all: `store` empty and the platform's ConfigMap missing
+# (e.g. after `helm uninstall`), without its key or label, or empty (the WorkflowTemplates' `platform_store`
+# then takes its valueFrom.default "", operator.go setGlobalParameters)
+NO_STORE = ("no store: the Workflow's parameter store is empty and so is platform_store (ConfigMap "
+            "bertology-config, key store, with label workflows.argoproj.io/configmap-type: Parameter: missing or "
+            "empty); set the chart's store.uri (helm upgrade --set store.uri=s3://BUCKET/PREFIX), or submit "
+            "with -p store=s3://BUCKET/PREFIX")
+
+
 def store_root(args: argparse.Namespace) -> str | None:
     """The step's store URI: --store, else (plan, when --store is empty) --platform-store; with --scratch
     (plan) the study's own store <store>/PATH, the store itself then being the baseline store.
 
     A Workflow's `store` parameter is a plain value, empty unless the user sets it, and `platform_store` the
     ConfigMap's: on Argo before 3.7 a WorkflowTemplate parameter's valueFrom wins over the value given with
-    `argo submit -p` (operator.go setGlobalParameters), so a ConfigMap-backed `store` could not be overridden."""
+    `argo submit -p` (operator.go setGlobalParameters), so a ConfigMap-backed `store` could not be overridden.
+    Both empty (the ConfigMap gone: `platform_store` takes its default "") is BadInput naming both, before plan
+    does anything."""
     uri = args.store
     if uri is not None and not uri.strip() and (args.platform_store or "").strip():
         uri = args.platform_store.strip()
+    elif uri is not None and not uri.strip() and args.platform_store is not None:
+        raise BadInput(NO_STORE)
     scratch = (args.scratch or "").strip().strip("/")
     if scratch and uri is not None and uri.strip():
         args.baseline_store = uri.strip()

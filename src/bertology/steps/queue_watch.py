@@ -2,9 +2,13 @@
 limit (bertology.argo.queue_watch says which, and why a Workflow is stopped rather than a node failed).
 
 The chart's CronWorkflow runs it every few minutes as ServiceAccount `bertology-queue-watch`, the one
-identity of the chart that may read and patch Workflows. It prints a line per Workflow it stopped and exits
-1 when it stopped any, so the watch's own run shows red in `argo cron list` / `argo list` with the reason as
-its message; 0 when nothing was past a limit; 2 on bad arguments. `--dry-run true` stops nothing.
+identity of the chart that may list and patch Workflows (`list` and `patch`: the only calls made here; an
+admission policy holds its patches to spec.shutdown and the watch's annotation). It prints a line per
+Workflow it stopped, and one per Workflow whose node statuses it could not read (offloaded to Argo's
+database: bertology.argo.queue_watch.workflow_nodes), going on with the others; it exits 1 when it stopped
+any or could not read one, so the watch's own run shows red in `argo cron list` / `argo list` with the
+reason as its message; 0 when nothing was past a limit; 2 on bad arguments. `--dry-run true` stops nothing
+(and still fails on a Workflow it could not read).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass, field
 
 from bertology.argo import queue_watch
 from bertology.errors import EXIT_BAD_INPUT, BadInput
@@ -50,19 +55,31 @@ def workflows(api, namespace: str) -> list[dict]:
             return items
 
 
-def watch(api, namespace: str, queue_limit_s: float, scheduling_limit_s: float, dry_run: bool = False) -> list[str]:
-    """One pass: the lines of the Workflows it stopped (or would stop, with dry_run)."""
+@dataclass
+class Pass:
+    """What one pass did: a line per Workflow it stopped (or would stop), and per Workflow it could not read."""
+
+    stopped: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+
+
+def watch(api, namespace: str, queue_limit_s: float, scheduling_limit_s: float, dry_run: bool = False) -> Pass:
+    """One pass over the namespace's running bertology Workflows."""
     from kubernetes.client.exceptions import ApiException
 
     now = queue_watch.now_utc()
-    stopped = []
+    done = Pass()
     for wf in workflows(api, namespace):
         if not queue_watch.watched(wf):
             continue
-        found = queue_watch.breaches(wf, now, queue_limit_s, scheduling_limit_s)
+        name = wf["metadata"]["name"]
+        try:
+            found = queue_watch.breaches(wf, now, queue_limit_s, scheduling_limit_s)
+        except queue_watch.NodesUnreadable as e:
+            done.unreadable.append(f"could not read {name}: {e}")
+            continue
         if not found:
             continue
-        name = wf["metadata"]["name"]
         reason = queue_watch.stop_reason(found)
         if not dry_run:
             try:
@@ -72,8 +89,8 @@ def watch(api, namespace: str, queue_limit_s: float, scheduling_limit_s: float, 
                 if e.status == 404:  # deleted since the list: nothing left to stop
                     continue
                 raise
-        stopped.append(f"{'would stop' if dry_run else 'stopped'} {name}: {reason}")
-    return stopped
+        done.stopped.append(f"{'would stop' if dry_run else 'stopped'} {name}: {reason}")
+    return done
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,16 +106,17 @@ def main(argv: list[str] | None = None) -> int:
         queue_s = queue_watch.parse_duration(args.queue_limit, "queue limit")
         scheduling_s = queue_watch.parse_duration(args.scheduling_limit, "scheduling limit")
         dry_run = args.dry_run == "true"
-        lines = watch(_api(), args.namespace, queue_s, scheduling_s, dry_run)
+        done = watch(_api(), args.namespace, queue_s, scheduling_s, dry_run)
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         leave_cause(str(e))
         return EXIT_BAD_INPUT
-    for line in lines:
+    for line in done.stopped + done.unreadable:
         print(line, flush=True)
-    if lines and not dry_run:
-        leave_cause(f"{lines[0]}" + (f" (and {len(lines) - 1} more Workflows)" if len(lines) > 1 else ""))
+    failures = (done.stopped if not dry_run else []) + done.unreadable
+    if failures:
+        leave_cause(f"{failures[0]}" + (f" (and {len(failures) - 1} more Workflows)" if len(failures) > 1 else ""))
         return 1
-    print(f"queue watch: {len(lines)} of the Workflows in {args.namespace} past a limit"
+    print(f"queue watch: {len(done.stopped)} of the Workflows in {args.namespace} past a limit"
           + (" (dry run: nothing stopped)" if dry_run else ""), flush=True)
     return 0
