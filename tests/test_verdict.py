@@ -35,8 +35,9 @@ def test_an_oom_kill_names_the_memory_limit_of_its_step():
     for pod in ("main: OOMKilled (exit code 137)", "OOMKilled (exit code 137)"):
         line = verdict.judge("Succeeded", [failed("finetune", "finetune", NOT_RETRIED),
                                            failed("finetune(0)", "finetune", pod)])
-        assert line == ("finetune failed: OOMKilled (exit code 137); out of memory: raise resources.limits.memory "
-                        "of the finetune template (workflows/templates/steps.yaml), not retried")
+        assert line == ("finetune failed: OOMKilled (exit code 137); out of memory: raise the chart's "
+                        "resources.finetune.limits.memory (the finetune template's resources.limits.memory, "
+                        "workflows/templates/steps.yaml), not retried")
 
 
 def test_an_eviction_for_tmp_names_the_chart_s_size_limit():

@@ -40,8 +40,8 @@ STOPPED = "Stopped with strategy "  # operator.go: every node a shutdown failed,
 # eviction messages, pkg/kubelet/eviction/helpers.go emptyDirMessageFmt, podEphemeralStorageMessageFmt,
 # containerEphemeralStorageMessageFmt; the container's reason OOMKilled) and what to raise.
 LIMITS = (
-    ("OOMKilled (exit code", ("out of memory: raise resources.limits.memory of the {step} template "
-                              "(workflows/templates/steps.yaml)")),
+    ("OOMKilled (exit code", ("out of memory: raise the chart's resources.{step}.limits.memory (the {step} "
+                              "template's resources.limits.memory, workflows/templates/steps.yaml)")),
     ("Usage of EmptyDir volume", ("/tmp over its sizeLimit: raise the chart's tmp.sizeLimit (the /tmp "
                                   "emptyDir's sizeLimit in workflows/templates/steps.yaml)")),
     ("ephemeral local storage usage exceeds", "raise resources.limits.ephemeral-storage of the {step} template"),
