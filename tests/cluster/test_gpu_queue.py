@@ -63,9 +63,10 @@ def _release(env: dict, name: str) -> None:
     run(["argo", "delete", name], env, check=False)
 
 
-def _study(env: dict, seed: int, *extra: str) -> str:
+def _study(env: dict, seeds: str, *extra: str) -> str:
+    """reversed-layers, tiny, on SST-2 alone: 3 runs a seed (pre-trained, reversed, clean)."""
     return submitted_name(run(["argo", "submit", "workflows/reversed-layers.yaml", "-p", "preset=tiny",
-                               "-p", f"seeds=[{seed}]", "-p", 'tasks=["sst2"]', *extra], env).stdout)
+                               "-p", f"seeds={seeds}", "-p", 'tasks=["sst2"]', *extra], env).stdout)
 
 
 def _finetune_starts(document: dict) -> list[str]:
@@ -80,8 +81,8 @@ def test_two_studies_contending_for_one_gpu_slot_run_one_after_the_other_in_prio
     both queue, the slot is freed: every finetune of `high` runs before any of `low` (Argo serves a
     semaphore's waiters by their Workflow's spec.priority, then age: sync_manager.go, multi_throttler.go)."""
     env = studies["env"]
-    low = _study(env, 11)
-    high = _study(env, 12, "--priority", "10")
+    low = _study(env, "[11]")
+    high = _study(env, "[12]", "--priority", "10")
     for name in (low, high):
         _until(f"{name}'s finetunes queue for the gpu slot",
                lambda name=name: len([n for n in _waiting(workflow(env, name)) if n["templateName"] == "finetune"]) == 3)
@@ -100,7 +101,7 @@ def test_the_queue_watch_stops_a_study_stuck_past_its_limit_and_leaves_another_t
     the schedule would run it), stops the study (`spec.shutdown: Stop`, the reason in its annotation and
     its verdict's line) and leaves the other team's Workflow waiting."""
     env = studies["env"]
-    stuck = _study(env, 13)
+    stuck = _study(env, "[13]")
     other = _holder(env, "another-team")
     try:
         _until(f"{stuck} queues for the gpu slot", lambda: _waiting(workflow(env, stuck)))
@@ -126,3 +127,22 @@ def test_the_queue_watch_stops_a_study_stuck_past_its_limit_and_leaves_another_t
         assert untouched["status"]["phase"] == "Running" and "shutdown" not in untouched["spec"]
     finally:
         _release(env, other)
+
+
+def test_the_queue_watch_leaves_a_study_queued_behind_its_own_cells_alone(studies):
+    """Every finetune node of a study is made at fan-out and waits for the slot while a sibling of the same
+    study holds it: the study is making progress, not stuck. The watch, run with a 1-second limit while that
+    study alone uses the slot and its other cells wait longer than that, stops nothing (a wait counts only
+    while the Workflow holds no slot of the lock)."""
+    env = studies["env"]
+    study = _study(env, "[14, 15]")
+    _until(f"{study} runs a finetune while its others wait",
+           lambda: _holds(env, study) and len(_waiting(workflow(env, study))) >= 2)
+    watch = run(["argo", "submit", "--from", "cronwf/bertology-queue-watch", "-p", "queue_limit=1s", "--watch"],
+                env, check=False, timeout=600)
+    pass_ = workflow(env, submitted_name(watch.stdout))
+    assert pass_["status"]["phase"] == "Succeeded", pass_["status"].get("message")
+    # a finetune still waiting now was waiting, made at fan-out, all through the pass
+    assert [n for n in _waiting(workflow(env, study)) if n["templateName"] == "finetune"], "nothing waited"
+    done = wait_phase(env, study)
+    assert done["status"]["phase"] == "Succeeded" and "shutdown" not in done["spec"], done["status"].get("message")
