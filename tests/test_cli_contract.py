@@ -44,9 +44,14 @@ BAD_INPUT = {
                    "intervention 'flip-layers' is unknown; allowed: reverse-layers"),
     "report": (["report", "no-such-study", "--store", "{tmp}/store"], "no study 'no-such-study'"),
     "report --store": (["report", "reversed-layers", "--store", "ftp://host/x"], "unsupported store URI scheme 'ftp'"),
+    "submit": (["submit", str(WORKFLOW), "-p", "sead=1"], ("unknown parameter 'sead' for Workflow reversed-layers- "
+                                                           "(did you mean 'seeds'?")),
+    "watch": (["watch", "reversed-layers-x", "--kubeconfig", "{tmp}/missing"], "kubeconfig '{tmp}/missing' not found"),
+    "results": (["results", "reversed-layers-x", "--kubeconfig", "{tmp}/missing"],
+                "kubeconfig '{tmp}/missing' not found"),
     "unknown command": (["frobnicate"], "invalid choice: 'frobnicate'"),
-    "no command": ([], ("no command given (commands: run, validate, checkpoint, interventions, studies, report; "
-                        "`bertology --help` says what each does")),
+    "no command": ([], ("no command given (commands: run, validate, checkpoint, interventions, studies, report, "
+                        "submit, watch, results; `bertology --help` says what each does")),
 }
 
 

@@ -7,13 +7,16 @@
     bertology checkpoint google-bert/bert-base-uncased --apply remove-layers:layers=last:6 --out ./bert-6
     bertology interventions [-o json]
     bertology report reversed-layers --store s3://bucket/prefix [--id STUDY_ID] [--out DIR]
+    bertology submit workflows/reversed-layers.yaml -p preset=tiny [-n NAMESPACE] [--priority N] [--watch]
+    bertology watch NAME [-n NAMESPACE]
+    bertology results NAME [-n NAMESPACE] [--table runs] [-o table|csv|parquet:PATH]
 
 Every command exits 0 (done), 1 (failed), 2 (bad input: one line naming the bad value), 75 (transient:
 retry), 130 / 143 (stopped by Ctrl-C / SIGTERM). The store defaults to $BERTOLOGY_STORE, else ./.bertology.
 
 Its modules, each one command or one idea: `run` (and `dry_run`, `run_inputs` for -f and the local limits,
 `stopping` for SIGTERM / SIGINT), `validate`, `checkpoint`, `catalogue` (studies, interventions), `report`,
-and `locations` (the store, the templates, jobs/). This module wires them into one parser and `main`;
+`submit` (submit, watch and results: a study on a cluster, through bertology.cluster) and `locations` (the store, the templates, jobs/). This module wires them into one parser and `main`;
 `entry` is the command itself (the console script, `python -m bertology.cli`).
 """
 
@@ -31,6 +34,7 @@ from bertology.cli.report import cmd_report
 from bertology.cli.run import cmd_run
 from bertology.cli.run_inputs import PARALLELISM_ENV, SEMAPHORES_ENV
 from bertology.cli.stopping import Stopped
+from bertology.cli.submit import OUTPUTS, cmd_results, cmd_submit, cmd_watch
 from bertology.cli.validate import cmd_validate
 from bertology.errors import EXIT_BAD_INPUT, BadInput, BertologyError, did_you_mean
 from bertology.process_exit import exit_process
@@ -120,8 +124,39 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--best-of-runs", action="store_true",
                      help="add the best run of each group (the monolingual report's best epoch of the best run)")
     rep.set_defaults(fn=cmd_report)
+    sb = sub.add_parser("submit", help="submit a study workflow to a cluster's Argo Workflows; print its name")
+    sb.add_argument("workflow", help="workflows/<study>.yaml")
+    sb.add_argument("-p", action="append", default=[], metavar="NAME=VALUE", help="workflow parameter")
+    sb.add_argument("-f", "--parameter-file", default=None, metavar="FILE",
+                    help="a YAML/JSON mapping of parameter name to value, as argo submit -f; -p wins over it")
+    sb.add_argument("--priority", default=None, metavar="N",
+                    help="the Workflow's spec.priority, as argo submit --priority (the higher first in the GPU queue)")
+    sb.add_argument("--templates", default=None,
+                    help="the WorkflowTemplates the parameters are checked against (default: beside the workflow)")
+    sb.add_argument("--watch", action="store_true",
+                    help="then follow it to its end: exit 0 when it Succeeded, 1 when it Failed or Errored")
+    _cluster_flags(sb)
+    sb.set_defaults(fn=cmd_submit)
+    w = sub.add_parser("watch", help="follow a Workflow on the cluster to its end, a line per change")
+    w.add_argument("name", help="the Workflow's name, as submit prints it")
+    _cluster_flags(w)
+    w.set_defaults(fn=cmd_watch)
+    res = sub.add_parser("results", help="a study Workflow's results table, read from the store its plan fixed")
+    res.add_argument("name", help="the Workflow's name, as submit prints it")
+    res.add_argument("--table", default="runs", help="runs (default), curves, weight_distance, … or vocab_overlap")
+    res.add_argument("-o", "--output", default="table", metavar="FORMAT", help=f"{OUTPUTS} (default: table)")
+    _cluster_flags(res)
+    res.set_defaults(fn=cmd_results)
     p.commands = tuple(sub.choices)  # what a bare `bertology` lists
     return p
+
+
+def _cluster_flags(p: argparse.ArgumentParser) -> None:
+    """Where the cluster is, as kubectl and argo take it ($ARGO_SERVER: through Argo Server instead)."""
+    p.add_argument("-n", "--namespace", default=None,
+                   help="the namespace (default $ARGO_NAMESPACE, else the kubeconfig context's, else default)")
+    p.add_argument("--kubeconfig", default=None, metavar="PATH",
+                   help="default $KUBECONFIG, else ~/.kube/config; in a pod, its ServiceAccount")
 
 
 def _version() -> str:
