@@ -181,7 +181,7 @@ def down(*, layout: lay.Layout | None = None, keep_images: bool = True, log=prin
     time.sleep(0.5)
     host.restore(layout)
     for path in (layout.etcd_data, layout.kubelet_root, layout.pki, layout.config, layout.cni_conf.parent,
-                 layout.run, layout.state / "opt", layout.state / "up.json"):
+                 layout.run, layout.state / "opt", layout.state / "up.json", layout.admin_kubeconfig):
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
         else:
