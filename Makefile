@@ -16,7 +16,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # and CI): pip then takes 2.13.0+cpu for torch==2.13.0, in .venv and in the images BASE=local builds (they
 # mount the find-links pip is given); elsewhere PyPI's torch==2.13.0, its CUDA build, several GB.
 TORCH_WHEELS ?= $(abspath $(wildcard ../shared/wheels))
-export PIP_FIND_LINKS := $(strip $(PIP_FIND_LINKS) $(TORCH_WHEELS))
+# (added once: a recursive make inherits it, and the images' tags hash the pip settings they are built with)
+export PIP_FIND_LINKS := $(strip $(PIP_FIND_LINKS) $(filter-out $(PIP_FIND_LINKS),$(TORCH_WHEELS)))
 
 .PHONY: install demo test lint images push test-images clean chromium screenshots device-kit device-kit-test \
 	cluster-build cluster cluster-down cluster-status test-cluster
