@@ -18,6 +18,7 @@ import yaml
 from bertology.errors import BadInput
 from bertology.results import conventions
 from bertology.study import PARAMS, StudySpec, unmark
+from bertology.train.regimes import layer_set
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = REPO / "workflows"
@@ -85,6 +86,23 @@ def test_english_embeddings_has_the_english_row_without_swapping_english_into_en
     assert {c.variant for c in tiny.cells()} == {"base", "english", "clean"}
 
 
+def test_english_embeddings_runs_read_the_english_tokenizers_word_pieces():
+    quoted("monolingual-pretraining-benefits", "The tokenizer and word-piece embeddings from the non-English pre-trained "
+           "model are replaced with the ones from the English pre-trained model.")
+    english = "google-bert/bert-base-uncased"
+    cells = study("english-embeddings").cells()
+    for cell in cells:  # each run's data is tokenized with its checkpoint's tokenizer: the donor's for english
+        assert cell.run.dataset.tokenizer == (english if cell.variant == "english" else cell.model), cell
+    for model in {c.model for c in cells if c.variant == "english"}:
+        data: dict[str, set[str]] = {}
+        for c in cells:
+            if c.model == model and c.run.dataset.task == "rte":
+                data.setdefault(c.variant, set()).add(c.run.dataset.id)
+        assert data["base"] == data["clean"] and data["base"].isdisjoint(data["english"]), model
+    # the english rows of all four foreign models read the same English word-pieces: one dataset per task
+    assert len({c.run.dataset.id for c in cells if c.variant == "english" and c.run.dataset.task == "rte"}) == 1
+
+
 # 3. Cross-lingual MLM: the last 1, 3, 6 and 12 layers, three runs, 10,000 evaluation sentences
 
 def test_crosslingual_trains_the_last_1_3_6_12_layers_over_three_runs():
@@ -96,6 +114,10 @@ def test_crosslingual_trains_the_last_1_3_6_12_layers_over_three_runs():
     trained = {v.name: spec.regime_of(v).train_layers for v in spec.variants if spec.regime_of(v).name == "freeze"}
     # half-open ranges of 12 layers: 0-12 is all 12, 6-12 the last 6, 9-12 the last 3, 11-12 the last 1
     assert trained == {"all layers": "from:0", "last 6": "last:6", "last 3": "last:3", "last 1": "last:1"}
+    counts = {name: sorted(layer_set(layers, 12)) for name, layers in trained.items()}  # of BERT-base's 12
+    assert counts == {"all layers": list(range(12)), "last 6": list(range(6, 12)), "last 3": [9, 10, 11],
+                      "last 1": [11]}
+    assert "assumed: its\n# labels 0-12, 6-12" in (WORKFLOWS / "crosslingual-mlm.yaml").read_text()
     quoted("crosslingual-finetuning-representations", "measured across three different runs")
     assert len(spec.seeds) == 3
     quoted("crosslingual-finetuning-representations",

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from bertology import tiny_recipe
 from bertology.canonical import canonical_json, hash_id
 from bertology.errors import BadInput, choices, did_you_mean, unknown
+from bertology.interventions.catalog import TOKENIZER_FROM
 from bertology.tracking import check_name  # the names only: no tracking library is imported
 
 # Bump a kind's version when the code producing its artifact changes what the artifact means.
@@ -132,6 +133,18 @@ class CheckpointSpec:
     def id(self) -> str:
         return content_id("checkpoint", self)
 
+    @property
+    def tokenizer(self) -> str:
+        """The model reference whose tokenizer the built checkpoint has: the base model's, or that of the last
+        intervention that replaces it (interventions.catalog.TOKENIZER_FROM: swap-embeddings' donor). A run's
+        data is tokenized with it: ids of another vocabulary would index unrelated rows of the table."""
+        ref = self.model
+        for step in self.interventions:
+            key = TOKENIZER_FROM.get(step.name)
+            if key is not None and isinstance(step.params_dict.get(key), str):
+                ref = step.params_dict[key]
+        return ref
+
 
 @dataclass(frozen=True)
 class DatasetSpec:
@@ -214,14 +227,20 @@ class Regime:
     # the run trained alone (float noise, other dropout draws) but not with the group's size or its other
     # runs. Part of the id; how many train at once (K) is how the run executes, not part of it.
     fused: bool = False
+    # Training batches of similar-length examples (bertology.data.length_grouped_batches; run_glue's
+    # --group_by_length), or random ones as run_glue draws them by default (false). A spec without it (every
+    # run before the setting) trained length-grouped, so true is the value left out of the id; a study's
+    # default is false (the study parameter group_by_length).
+    group_by_length: bool = True
 
     SELECTIONS = ("best", "last")
     NAMES = ("full", "freeze", "gradual-unfreeze", "probe", "none")
-    # The schedule's settings (and the selection, and fusing) are part of the id, but left out at their
-    # defaults, so that ids made before they existed (all `full`, all selecting the best point, all trained
-    # alone) still hold.
+    # The schedule's settings (and the selection, fusing and batching) are part of the id, but left out at the
+    # value every run had before they existed (all `full`, all selecting the best point, all trained alone and
+    # length-grouped), so that those runs' ids still hold.
     SCHEDULE: ClassVar[dict[str, Any]] = {"train_layers": None, "train_embeddings": False, "unfreeze_per_epoch": 4,
-                                          "eval_every": 0, "reference": None, "selection": "best", "fused": False}
+                                          "eval_every": 0, "reference": None, "selection": "best", "fused": False,
+                                          "group_by_length": True}
     # How a run executes, not what it computes (like the device): never part of a run id, and left out of
     # to_dict at their defaults, so every id made before they existed still holds.
     EXECUTION: ClassVar[dict[str, Any]] = {"checkpoint_every": 1000, "log_every": 50, "compile": False,
@@ -254,6 +273,7 @@ class Regime:
             reference=_reference(d.get("reference")),
             selection=_selection(d.get("selection", "best")),
             fused=as_bool(d.get("fused", False), "fused"),
+            group_by_length=as_bool(d.get("group_by_length", True), "group_by_length"),
         )
 
     def to_dict(self, *, execution: bool = True) -> dict:

@@ -45,6 +45,11 @@ CATALOG: dict[str, Entry] = {
                            enums={"match": ("norm", "variance")}),
 }
 
+# The interventions that give the checkpoint another model's tokenizer, and the parameter naming that model:
+# a run's data is tokenized with the checkpoint's own tokenizer (bertology.spec.CheckpointSpec.tokenizer), so
+# a foreign BERT with English embeddings reads English word-pieces, as the monolingual report's Table 5 does.
+TOKENIZER_FROM: dict[str, str] = {"swap-embeddings": "donor"}
+
 
 def check_step(item: Any) -> tuple[str, dict]:
     """One step of a chain, `{"name": …, "params": {…}}`, by what needs no model config: a known name, known

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from bertology import tracking
 from bertology.errors import BadInput
 from bertology.results.tables import TABLES, publish
-from bertology.spec import Cell, canonical_json
+from bertology.spec import Cell, RunSpec, canonical_json
 from bertology.steps import scoring, weight_distance
 from bertology.steps.common import fusable, local_model_ref, read_or_rebuild, read_table, run_key
 from bertology.steps.harness import require_cells
@@ -111,6 +111,8 @@ def train_runs(store: Store, cells: list[Cell]) -> None:
     from bertology.train.regimes import Schedule
     from bertology.train.state import StoreSlots
 
+    for cell in cells:
+        check_tokenizer(cell.run)
     run = cells[0].run
     fused = run.regime.fused
     task = tasks.get_task(run.dataset.task)
@@ -123,7 +125,8 @@ def train_runs(store: Store, cells: list[Cell]) -> None:
     hp = Hyper(lr=r.lr, batch_size=r.batch_size, epochs=r.epochs, warmup_ratio=r.warmup_ratio,
                weight_decay=r.weight_decay, max_grad_norm=r.max_grad_norm, eval_batch_size=r.eval_batch_size,
                eval_every=r.eval_every, checkpoint_every=r.checkpoint_every, log_every=r.log_every,
-               compile=r.compile, cuda_graph=r.cuda_graph, schedule=Schedule.of(r), selection=r.selection)
+               compile=r.compile, cuda_graph=r.cuda_graph, schedule=Schedule.of(r), selection=r.selection,
+               group_by_length=r.group_by_length)
     monitor = None
     if r.reference is not None:
         from bertology import models
@@ -155,6 +158,15 @@ def train_runs(store: Store, cells: list[Cell]) -> None:
                 tracker.update(result.losses, result.curves)
             _write_outputs(store, cell, out, result, monitor is not None)
     state.clear()
+
+
+def check_tokenizer(run: RunSpec) -> None:
+    """Refuse a run whose data another tokenizer made: its ids would index unrelated rows of the checkpoint's
+    word-embedding table (or past it). Plan never makes one; a hand-written plan could."""
+    made_by, reads = run.dataset.tokenizer, run.checkpoint.tokenizer
+    if made_by != reads:
+        raise BadInput(f"run {run.id}: its data {run.dataset.id} were tokenized with {made_by}'s tokenizer, but its "
+                       f"checkpoint reads {reads}'s word-pieces; allowed: data tokenized with {reads}'s tokenizer")
 
 
 def _start_dir(store: Store, cell: Cell) -> Path:

@@ -230,8 +230,9 @@ class StudySpec:
             chain_seed = seed if is_random(i.name for i in variant.interventions) else 0
         return CheckpointSpec(self.model_of(model, variant), variant.interventions, chain_seed)
 
-    def dataset(self, model: str, task: str, size: Size = (None, None)) -> DatasetSpec:
-        """The task's data at this size, with the task's own settings (task_settings) applied over the study's."""
+    def dataset(self, tokenizer: str, task: str, size: Size = (None, None)) -> DatasetSpec:
+        """The task's data at this size, with the task's own settings (task_settings) applied over the study's,
+        tokenized with `tokenizer`'s (a model reference: the checkpoint's own, CheckpointSpec.tokenizer)."""
         fraction, count = size
         settings = {"fraction": fraction, "count": count, "max_length": self.max_length,
                     "eval_count": self.eval_count, "doc_stride": self.doc_stride}
@@ -241,12 +242,14 @@ class StudySpec:
         if per_task.get("fraction") == 1:  # all the data, the same dataset as a study's size 1 (sizes: None)
             per_task["fraction"] = None
         settings.update(per_task)
-        return DatasetSpec(task=task, source=self.source, tokenizer=model, subset_seed=self.subset_seed, **settings)
+        return DatasetSpec(task=task, source=self.source, tokenizer=tokenizer, subset_seed=self.subset_seed, **settings)
 
     def cells(self) -> list[Cell]:
         """Every run of the study in table order: model, task, size, intermediate, variant, seed.
 
-        A variant with `runs` runs only the first `runs` seeds.
+        A variant with `runs` runs only the first `runs` seeds. A run's data is tokenized with its checkpoint's
+        tokenizer: a variant whose chain swaps the embeddings (english) reads its donor's word-pieces, so its
+        dataset differs from its base model's.
         A variant with its own model runs once, not once per study model (duplicates are dropped). A
         sequential run's intermediate run uses the same checkpoint, regime, size and seed. A cell keeps its
         fine-tuned weights (`keep_weights`) when the study asks, or when its run is another's intermediate run.
@@ -259,9 +262,10 @@ class StudySpec:
                 continue
             base = self.model_of(model, variant)
             checkpoint = self.checkpoint(model, variant, seed)
-            first = None if after is None else RunSpec(checkpoint, self.dataset(base, after, size),
+            reads = checkpoint.tokenizer  # swap-embeddings' donor's: the word-pieces its table is indexed by
+            first = None if after is None else RunSpec(checkpoint, self.dataset(reads, after, size),
                                                        self.regime_of(variant, after), seed)
-            run = RunSpec(checkpoint, self.dataset(base, task, size), self.regime_of(variant, task), seed,
+            run = RunSpec(checkpoint, self.dataset(reads, task, size), self.regime_of(variant, task), seed,
                           after=first, final_head="new" if first is None else self.final_head)
             cells.setdefault((variant.name, run.id), Cell(self.name, variant.name, base, run))
         # a run that is also an intermediate run keeps its weights: the final runs start from them
