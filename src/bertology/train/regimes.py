@@ -4,9 +4,11 @@ A regime only switches `requires_grad`; the optimizer holds every parameter, and
 None is skipped by AdamW entirely (no update, no weight decay), so a frozen tensor stays bit-identical.
 
 - `full`:             everything trains.
-- `freeze`:           only the listed encoder layers train (`train_layers`: a list, `from:K` or `last:K`;
-                      the cross-lingual report's "layers 6-12" is `from:6` with 1-based names, `from:5` here),
-                      plus the pooler and the task head; embeddings train only with `train_embeddings`.
+- `freeze`:           only the listed encoder layers train (`train_layers`: a list, `from:K` or `last:K`),
+                      plus the pooler and the task head; embeddings train only with `train_embeddings`. The
+                      cross-lingual study reads its report's "layers 6-12" as the last 6 (`last:6`, the same
+                      as `from:6` of 12), as the report's "we train the last 1, 3, 6, 12 layers" says
+                      (assumed: read inclusively and 1-based, "6 to 12" would be seven layers, `from:5`).
 - `gradual-unfreeze`: the cross-lingual report's scheme: in epoch e the top `unfreeze_per_epoch * e`
                       layers train (4 per epoch there); embeddings always frozen; pooler and head always
                       trained.
