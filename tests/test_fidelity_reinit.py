@@ -99,8 +99,28 @@ def test_the_partial_reinitialization_studies_evaluate_on_glue_dev_and_say_why(n
     evaluation = conventions.of_study(name).evaluation
     assert evaluation and "GLUE's test labels are not public" in evaluation
     assert '"always on a test set which is never seen by the model during training"' in evaluation
-    others = [s for s, paper in conventions.STUDY_PAPERS.items() if paper != "partial-reinitialization"]
+    others = [s for s, paper in conventions.STUDY_PAPERS.items()
+              if paper not in ("partial-reinitialization", "bert-goes-to-college")]
     assert others and all(conventions.of_study(s).evaluation is None for s in others)
+
+
+@pytest.mark.parametrize("name", ["sequential-finetune", "layerwise-reinit", "head-reinit"])
+def test_the_college_studies_evaluate_on_dev_and_say_so(name):
+    quoted("bert-goes-to-college", "Number of test examples")  # its EM's denominator (§5.2), no set named
+    spec = study(name)
+    assert {c.run.dataset.eval_count for c in spec.cells()} == {None}  # every dev example, SQuAD's included
+    for text in (header(name), page(name)):
+        assert "Evaluation split, assumed" in text and "GLUE's test labels are not public" in text, name
+        assert '"Number of test examples"' in text and "GLUE dev set (split validation)" in text, name
+    evaluation = conventions.of_study(name).evaluation
+    assert evaluation and "Evaluation split, assumed" in evaluation and '"Number of test examples"' in evaluation
+
+
+def test_squads_ten_percent_sampling_is_of_training_only():
+    quoted("bert-goes-to-college", "SQuAD plot generated with 10% dataset sampling")
+    (squad,) = {c.run.dataset for c in study("layerwise-reinit").cells() if c.run.dataset.task == "squad2"}
+    assert (squad.fraction, squad.eval_count) == (0.1, None)  # a tenth of training, the whole dev set
+    assert "SQuAD's 10% sampling is of its training set; its dev set is evaluated whole" in header("layerwise-reinit")
 
 
 # 2. Partial re-initialisation: Algorithm 1 re-draws each weight matrix; the biases keep theirs
@@ -159,7 +179,7 @@ def test_layerwise_reinit_reinitialises_the_pooler_with_the_layers(tmp_path):
     assert "each `reinit from k` re-initialises the pooler too" in page("layerwise-reinit")
 
 
-def test_the_report_of_a_partial_reinitialization_study_says_which_split_it_evaluated_and_why():
+def test_the_report_of_a_study_on_dev_for_a_test_set_says_which_split_it_evaluated_and_why():
     from test_report_conventions import _results, _runs
 
     from bertology.results.report import build_report, markdown
@@ -167,10 +187,10 @@ def test_the_report_of_a_partial_reinitialization_study_says_which_split_it_eval
     variants = [{"name": "pre-trained", "interventions": []}, {"name": "reinit from 1", "interventions": []}]
     rows = [{"variant": v, "task": "sst2", "metric": "accuracy", "primary": True, "seed": 1, "value": value}
             for v, value in (("pre-trained", 0.9), ("reinit from 1", 0.8))]
-    for name in ("partial-reinit", "probing", "weight-similarity"):
+    for name in ("partial-reinit", "probing", "weight-similarity", "layerwise-reinit", "head-reinit"):
         text = markdown(build_report(_results(name, _runs(rows), variants, seeds=[1])))
         main = text.split("## Main table", 1)[1].split("\n## ", 1)[0]
         assert conventions.of_study(name).evaluation in main and "| sst2 | validation | accuracy |" in main
-    for other in ("layerwise-reinit", "reversed-layers", "someone-elses-study"):
+    for other in ("reversed-layers", "crosslingual-mlm", "someone-elses-study"):
         assert "GLUE's test labels are not public" not in markdown(build_report(
             _results(other, _runs(rows), variants, seeds=[1])))

@@ -19,8 +19,9 @@ parameter of each workflows/<study>.yaml). A study under another name gets no pa
   report is silent: the college report's, assumed carried, with its words, printed beside the study's
   setting in the sequential matrix's note.
 - Where a report evaluates on a split a study cannot (`evaluation`): the partial-reinitialization report
-  computes its metrics on a "test set", and GLUE's test labels are not public, so its studies evaluate on
-  the dev sets; the main table's note says so.
+  computes its metrics on a "test set", and the college report's exact match divides by the "Number of test
+  examples"; GLUE's test labels are not public, so their studies evaluate on the dev sets; the main table's
+  note says so.
 """
 
 from __future__ import annotations
@@ -55,7 +56,11 @@ PAPERS: dict[str, Conventions] = {
                                 '(§4.1.1) and "For our code, we built off of the Transformers library by '
                                 'HuggingFace"; Hugging Face\'s run_glue, given a saved model, loads its classifier '
                                 "whenever its shape fits the final task's, as every pair of Figure 2 does (two "
-                                "classes each)."))),
+                                "classes each).")),
+        evaluation=('Evaluation split, assumed: the report\'s exact match divides by the "Number of test examples" '
+                    "(§5.2) without naming the set, and GLUE's test labels are not public, so this study's runs "
+                    "are evaluated on each task's dev set (GLUE's split `validation`; SQuAD 2.0's dev set, "
+                    "evaluated whole where its training set is sampled to 10%).")),
     "partial-reinitialization": Conventions(
         "partial-reinitialization",
         selection=("last", ("no epoch is selected (\"Epochs: 3\", §5.3, with Hugging Face's script, which "
