@@ -442,3 +442,20 @@ def test_the_site_builds_strictly_with_a_page_per_workflow(tmp_path):
     layers = svg[svg.index("the library's layers"):]  # below the flow, whose boxes name steps too
     positions = [layers.index(f">{' · '.join(row)}<") for row in rows]
     assert positions == sorted(positions) and rows[0] == ["cli"] and rows[-1] == ["errors"]
+
+
+def test_what_the_docs_say_of_the_demo_model_is_what_its_model_card_says():
+    """The demo's model is a sentence encoder trained further on sentence pairs: the docs name the GLUE-like
+    data its packaged model card lists, and do not claim STS-B or MRPC, which the card does not list."""
+    from bertology.models import packaged_model_dir
+
+    card = (packaged_model_dir() / "README.md").read_text()
+    for listed in ("contrastive learning objective", "MultiNLI", "Quora Question Triplets", "SQuAD2.0",
+                   "nreimers/MiniLM-L6-H384-uncased", "1,170,060,424"):
+        assert listed in card, listed
+    assert "STS" not in card and "MRPC" not in card
+    page = " ".join((REPO / "docs" / "getting-started.md").read_text().split())
+    assert "all-MiniLM-L6-v2 is not BERT as pre-trained" in page
+    assert ("lists among those pairs SNLI and MultiNLI (GLUE's MNLI is MultiNLI), Quora's duplicate questions (the "
+            "source of GLUE's QQP) and SQuAD 2.0's questions; it lists neither STS-B nor MRPC") in page
+    assert "1.17 billion sentence pairs" in page

