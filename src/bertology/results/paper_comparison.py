@@ -1,8 +1,9 @@
 """The report vs this run: the reports' own numbers (paper_numbers.csv) beside ours, and their orderings.
 
 `paper_numbers.csv` (package data, next to this module) is the transcription of every number of every
-results table of the four reports (the README lists them by title), one row per printed cell, made by
-parsing the reports' text (tests/test_paper_numbers.py checks it against that text where a copy is at hand):
+results table of the four reports (the README lists them by title), a row per printed cell and result it maps
+to (a cell standing for several of our results has a row for each), made by parsing the reports' text
+(tests/test_paper_numbers.py checks it against that text where a copy is at hand):
 - report, table (as the report names it: "Table 1", "Figure 2" where a figure is a table of numbers,
   "§5.6 MRPC table" for the college report's uncaptioned table), row and column (the keys as printed; a
   two-level header as "EN/shuff"), printed (the cell's text), source (section, table and text line), note
@@ -33,11 +34,27 @@ cross-lingual report's Figures 1–3 and A.1–A.4 are plots. Numbers only in ru
 the text numbers that are in no table are (English BERT's 30,522 and 26,503 word-pieces, the 1.45% and
 1.12% English-like contexts, the head-reinit baselines 0.526 and 0.872).
 
-Orderings: within each ordering group, the paper's distinct values sorted descending form levels; every
-cell of a level is above every cell of the next level ("A > B"; ties imply nothing). The text's stated
-orderings (e.g. "reversed models always outperform clean models", WNLI above RTE as CoLA's intermediate
-task) are all between cells of one group, so they are among these. The rule for our results, per ordering
-A > B (`ordering_status`), judged on the report's quantity (`ours`), shown with our means' intervals:
+Orderings: a pair of cells of one ordering group whose printed values differ ("A > B", A's above B's; ties
+imply nothing). Only the orderings the report asserts count in the verdict: a table printing ES 0.77 beside
+EN 0.76 (the monolingual Table 3, MNLI-m) claims no order when three runs of one configuration differ by
+about 3 points (its §7), and its text calls the two close. `asserted_orderings.csv` (package data, next to this
+module) holds what the reports claim, one row per claim: report and table, the two sides (higher_row,
+higher_column, lower_row, lower_column: patterns for paper_numbers.csv's row and column, `;` between
+alternatives, `*` for any text: "*/base" > "*/shuff" is every language's pair of Table 4), the report's
+`line` and its exact words (`quote`; tests/test_paper_numbers.py finds them there), a `note`, and `kind`:
+- "stated": a sentence names the pair ("reversed models always outperform clean models"; WNLI above RTE as
+  CoLA's intermediate task): asserted whatever the gap, where the table prints it in that order;
+- "ranking": the text ranks the table's columns in general ("slightly worse ... and substantially better"):
+  asserted where the printed difference exceeds `spread`, the report's run-to-run spread (`spread_line`
+  where it states one: the monolingual report's 3 points, for its §3–4 tables; else `spread_note` says why
+  the threshold was assumed: the one-run §5–6 columns, the college report, the cross-lingual Table 2);
+- "equal": the report calls the two equal or close ("just as good"): not asserted.
+Where claims overlap, a stated one decides, then an "equal" one, then a ranking (`assertion`). Each ordering
+of `compare_orderings` says whether it is asserted, by which claim, or why not (`claim`: "stated", "ranked,
+above the stated spread"; "called equal", "below the stated spread", "no claim"), and whether it is in the
+all-pairs view (`all_pairs`: each cell of a printed value above each cell of the group's next lower
+value, asserted or not). The rule for our results, per ordering A > B
+(`ordering_status`), judged on the report's quantity (`ours`), shown with our means' intervals:
 - "not run": A or B has no result of ours, or both map to the same result (stand-ins merged two models);
 - "holds": our A > our B, and the bootstrap 95% intervals of their means are disjoint, or either has
   none (fewer than 2 seeds: the values decide alone);
@@ -46,8 +63,10 @@ A > B (`ordering_status`), judged on the report's quantity (`ours`), shown with 
   reproduced nor reversed;
 - "violated (within CI overlap)": our A < B, intervals overlapping;
 - "violated": our A < B, intervals disjoint or absent.
-The verdict counts the first two as holding and names how many of each other status there are: "12 of 14
-orderings hold (3 within CI overlap; 1 tie; 1 violated; 4 not run)".
+The verdict counts the asserted orderings only, the first two statuses as holding, and names how many of each
+other status there are: "12 of 14 asserted orderings hold (3 within CI overlap; 1 tie; 1 violated; 4 not
+run)"; the study report lists the all-pairs view apart, asserted or not.
+
 Each side is judged on its own cell's quantity, as the report printed it. Where the report's table sets
 two quantities side by side (the monolingual report's Table 6 sets Table 1's best of three runs beside the
 oracle's one run, §7), the ordering is `mixed` (`quantity` is the higher cell's, `quantity_lower` the lower's;
@@ -61,6 +80,7 @@ table shows them without a difference and only the orderings are compared.
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 from functools import cache
 from importlib import resources
@@ -89,6 +109,15 @@ def _all_numbers() -> pl.DataFrame:
                                       "ordering_group", "source", "note", *KEYS)}
     return pl.read_csv(text, schema_overrides={**strings, "value": pl.Float64, "scale": pl.Float64,
                                                "paper_sd": pl.Float64})
+
+
+@cache
+def _all_claims() -> pl.DataFrame:
+    text = resources.files("bertology.results").joinpath("asserted_orderings.csv").read_bytes()
+    strings = {c: pl.String for c in ("report", "table", "kind", "higher_row", "higher_column", "lower_row",
+                                      "lower_column", "spread_note", "quote", "note")}
+    return pl.read_csv(text, schema_overrides={**strings, "spread": pl.Float64, "spread_line": pl.Int64,
+                                               "line": pl.Int64})
 
 
 def paper_numbers(study: str | None = None) -> pl.DataFrame:
@@ -162,18 +191,25 @@ def compare_cells(study: str, ours: pl.DataFrame, *, comparable: bool = True) ->
 
 
 def compare_orderings(cells: pl.DataFrame) -> pl.DataFrame:
-    """Every ordering the paper's tables imply (module docstring), from `compare_cells`' output, with
-    whether it holds in our results (`status`, the rule of the module docstring)."""
+    """The report's orderings (module docstring), from `compare_cells`' output, with whether each holds in our
+    results (`status`, the rule of the module docstring): every ordering the report asserts (`asserted`), and
+    every pair of adjacent printed values of a group (`all_pairs`, the all-pairs view), asserted or not; `claim`,
+    `line` and `quote` say why (`assertion`)."""
     usable = (cells.filter(pl.col("quantity").is_in(ORDERED) & pl.col("paper").is_not_null()
                            & pl.col("ordering_group").is_not_null())
               .with_columns(pl.col("ordering_group").str.split(";").alias("group")).explode("group"))
+    claims = asserted_orderings().to_dicts()
     rows = []
     for (group,), members in usable.partition_by("group", maintain_order=True, as_dict=True).items():
         by = "column" if members["column"].n_unique() > 1 else "row"
         levels = sorted(set(members["paper"].to_list()), reverse=True)
-        for high, low in itertools.pairwise(levels):
+        adjacent = set(itertools.pairwise(levels))
+        for high, low in itertools.combinations(levels, 2):
             for a in members.filter(pl.col("paper") == high).iter_rows(named=True):
                 for b in members.filter(pl.col("paper") == low).iter_rows(named=True):
+                    said = assertion(a, b, claims)
+                    if not (said["asserted"] or (high, low) in adjacent):
+                        continue
                     rows.append({"report": a["report"], "table": a["table"], "group": group,
                                  "quantity": a["quantity"], "quantity_lower": b["quantity"],
                                  "mixed": a["quantity"] != b["quantity"],
@@ -181,13 +217,66 @@ def compare_orderings(cells: pl.DataFrame) -> pl.DataFrame:
                                  "paper_higher": a["paper"], "paper_lower": b["paper"],
                                  "ours_higher": a["ours"], "ours_lower": b["ours"],
                                  "ci_higher": _interval(a), "ci_lower": _interval(b),
-                                 "status": ordering_status(a, b)})
+                                 "status": ordering_status(a, b), **said, "all_pairs": (high, low) in adjacent})
     schema = {"report": pl.String, "table": pl.String, "group": pl.String, "quantity": pl.String,
               "quantity_lower": pl.String, "mixed": pl.Boolean, "ordering": pl.String,
               "higher": pl.String, "lower": pl.String, "paper_higher": pl.Float64, "paper_lower": pl.Float64,
               "ours_higher": pl.Float64, "ours_lower": pl.Float64, "ci_higher": pl.String, "ci_lower": pl.String,
-              "status": pl.String}
+              "status": pl.String, "asserted": pl.Boolean, "claim": pl.String, "line": pl.Int64,
+              "quote": pl.String, "spread": pl.Float64, "spread_line": pl.Int64, "all_pairs": pl.Boolean}
     return pl.DataFrame(rows, schema=schema)
+
+
+def asserted_orderings(report: str | None = None) -> pl.DataFrame:
+    """The reports' claims of order (asserted_orderings.csv, module docstring), of one report or all."""
+    claims = _all_claims()
+    return claims if report is None else claims.filter(pl.col("report") == report)
+
+
+def assertion(a: dict, b: dict, claims: list[dict] | None = None) -> dict:
+    """Whether the report asserts the ordering A > B of two cells of one group (dicts with report, table, row,
+    column, paper; A's printed value above B's): `asserted`, `claim` (why, or why not), the report's `line` and
+    `quote`, and the `spread` (with its `spread_line` where the report states it) of a ranking. Of the claims
+    that cover the pair, a stated one decides first, then one calling the two equal, then a ranking."""
+    claims = asserted_orderings().to_dicts() if claims is None else claims
+    found = []
+    for c in claims:
+        if (c["report"], c["table"]) != (a["report"], a["table"]):
+            continue
+        forward = _covers(c, "higher", a) and _covers(c, "lower", b)
+        if c["kind"] == "equal" and (forward or (_covers(c, "higher", b) and _covers(c, "lower", a))):
+            found.append((1, "called equal", c))
+        elif c["kind"] == "stated" and forward:
+            found.append((0, "stated", c))
+        elif c["kind"] == "ranking" and forward:
+            basis = "stated" if c["spread_line"] is not None else "assumed"
+            above = round(a["paper"] - b["paper"], 9) > c["spread"]
+            found.append((2, f"ranked, above the {basis} spread", c) if above else
+                         (3, f"below the {basis} spread", c))
+    if not found:
+        return {"asserted": False, "claim": "no claim", "line": None, "quote": None, "spread": None,
+                "spread_line": None}
+    rank, claim, c = min(found, key=lambda f: f[0])
+    return {"asserted": rank in (0, 2), "claim": claim, "line": c["line"], "quote": c["quote"],
+            "spread": c["spread"], "spread_line": c["spread_line"]}
+
+
+def claim_text(ordering: dict) -> str:
+    """An ordering's claim (a row of `compare_orderings`) as the study report shows it: where the report says
+    so, or why it is not asserted."""
+    if ordering["claim"] == "no claim":
+        return "not asserted: no sentence or ranking of the report covers it"
+    said = f'line {ordering["line"]}: "{ordering["quote"]}"'
+    if ordering["claim"] == "stated":
+        return f"stated, {said}"
+    if ordering["claim"] == "called equal":
+        return f"not asserted: called equal, {said}"
+    gap = round(ordering["paper_higher"] - ordering["paper_lower"], 9)
+    stated = ordering["spread_line"] is not None
+    spread = f"{ordering['spread']:g} " + (f"(line {ordering['spread_line']})" if stated else "(assumed)")
+    if ordering["asserted"]:
+        return f"ranked, {said}; {gap:g} apart, above the spread {spread}"
+    return f"not asserted: {gap:g} apart, within the spread {spread} of the ranking at {said}"
 
 
 def quantity_label(higher: str, lower: str) -> str:
@@ -213,17 +302,22 @@ def ordering_status(a: dict, b: dict) -> str:
 
 
 def verdict(orderings: pl.DataFrame) -> str:
-    """One line: "12 of 14 orderings hold", then every other count, so that they add up: how many of those
-    hold only within CI overlap, how many tie, how many are violated (within CI overlap, or not), how many of
-    the tested ones compare two quantities (the report's best run against its one run), and how many the run
-    could not test."""
+    """One line on the orderings the report asserts (all, for a table stored before they were told apart):
+    "12 of 14 asserted orderings hold", then every other count, so that they add up: how many of those hold
+    only within CI overlap, how many tie, how many are violated (within CI overlap, or not), how many of the
+    tested ones compare two quantities (the report's best run against its one run), and how many the run
+    could not test. Pairs the report does not assert are not counted: they are shown apart."""
+    told = "asserted" in orderings.columns
+    if told:
+        orderings = orderings.filter(pl.col("asserted"))
+    noun = "asserted orderings" if told else "orderings"
     status = orderings["status"] if "status" in orderings.columns else pl.Series([], dtype=pl.String)
     tested = int((status != "not run").sum())
     held = int(status.is_in(HOLDS).sum())
     not_run = int((status == "not run").sum())
     if tested == 0:
-        return (f"no ordering of the report could be tested ({not_run} not run)" if not_run
-                else "the report states no ordering for this study")
+        return (f"no {noun.removesuffix('s')} of the report could be tested ({not_run} not run)" if not_run
+                else f"the report {'asserts' if told else 'states'} no ordering for this study")
     counts = {label: int((status == s).sum()) for s, label in (
         (HOLDS[1], "within CI overlap"), ("tie", "tie"), ("violated (within CI overlap)", "violated within CI overlap"),
         ("violated", "violated"))}
@@ -234,7 +328,7 @@ def verdict(orderings: pl.DataFrame) -> str:
                                                          as_dict=True).items():
             details.append(f"{group.height} mixed: {quantity_label(higher, lower)}")
     details += [f"{not_run} not run"] if not_run else []
-    return f"{held} of {tested} orderings hold" + (f" ({'; '.join(details)})" if details else "")
+    return f"{held} of {tested} {noun} hold" + (f" ({'; '.join(details)})" if details else "")
 
 
 def section_note(cells: pl.DataFrame, verdict: str) -> str:
@@ -252,9 +346,26 @@ def section_note(cells: pl.DataFrame, verdict: str) -> str:
     kinds = "; ".join(f"{', '.join(t)}: {said[q]}" for q, t in tables)
     return (f"{verdict}. The report's own numbers (paper_numbers.csv, transcribed from its tables) beside the same "
             f"quantity of this run ({kinds}), with our mean ± sd over seeds beside it; difference = ours - the "
-            "report's. An ordering is each pair of cells the report's table puts in order (A > B); it is judged on "
-            "that quantity and holds when our A is above our B, \"within CI overlap\" when the bootstrap 95% "
-            "intervals of our two means overlap (rule: bertology.results.paper_comparison).")
+            "report's. An ordering A > B counts when the report asserts it (asserted_orderings.csv): a sentence "
+            "of its text states it (the line is cited), or a table the text ranks prints A more than the report's "
+            f"run-to-run spread above B ({_spreads(cells)}). Pairs the report calls equal, pairs within the spread "
+            "and pairs no sentence covers are not asserted: they are in the all-pairs table, apart, and not in the "
+            "verdict. An ordering is judged on the report's quantity and holds when our A is above our B, \"within "
+            "CI overlap\" when the bootstrap 95% intervals of our two means overlap (rule: "
+            "bertology.results.paper_comparison).")
+
+
+def _spreads(cells: pl.DataFrame) -> str:
+    """The run-to-run spreads the rankings of the cells' tables use, where each comes from."""
+    tables = cells.select("report", "table").unique()
+    claims = asserted_orderings().join(tables, on=["report", "table"], maintain_order="left")
+    ranked = (claims.filter(pl.col("kind") == "ranking")
+              .group_by("spread", "spread_line", "spread_note", maintain_order=True)
+              .agg(pl.col("table").unique(maintain_order=True)))
+    if ranked.is_empty():
+        return "this report's tables rank nothing beyond what its text states"
+    return "; ".join(f"{spread:g} in {', '.join(tables)}, " + (f"stated at line {line}" if line is not None else note)
+                     for spread, line, note, tables in ranked.iter_rows())
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
@@ -306,6 +417,13 @@ def _same_result(a: dict, b: dict) -> bool:
     """Whether two paper cells matched the same row of ours (two paper models stood in by one)."""
     keys = ("our_model", *(k for k in KEYS if k != "model"), "quantity")
     return all(a.get(k) == b.get(k) for k in keys) and a.get("model") != b.get("model")
+
+
+def _covers(claim: dict, side: str, cell: dict) -> bool:
+    """Whether a claim's side (`higher` or `lower`: a row and a column pattern, `;`-separated alternatives,
+    `*` for any text) names the cell."""
+    return all(any(fnmatch.fnmatchcase(cell[key], p) for p in claim[f"{side}_{key}"].split(";"))
+               for key in ("row", "column"))
 
 
 def _interval(cell: dict) -> str | None:

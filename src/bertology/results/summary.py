@@ -4,8 +4,8 @@ orderings, read back from the Parquet tables the aggregate step wrote (`studies/
 The terminal gets the gist, the report gets everything: the main table's cells are `mean ± sd (n=…)` of the
 primary metric over seeds (no interval or p-values: those are in report.md and report.html), with the
 variants as columns up to WIDE_VARIANTS of them and one row per variant beyond; the orderings are the
-verdict line and the orderings our results could test (paper_comparison's rule). A study without a main
-table (vocab-overlap) shows its vocabulary table. Tables longer than MAX_ROWS rows are cut, saying how many
+verdict line and the orderings the report asserts that our results could test (paper_comparison's rule). A
+study without a main table (vocab-overlap) shows its vocabulary table. Tables longer than MAX_ROWS rows are cut, saying how many
 rows the report holds besides. Tables print as Markdown through Polars, so they paste into a document.
 """
 
@@ -67,15 +67,17 @@ def main_table(main: pl.DataFrame, spec: dict) -> pl.DataFrame:
 
 
 def tested_orderings(orderings: pl.DataFrame) -> pl.DataFrame:
-    """The report's orderings our results could test (not "not run"): the report's table and row or column
-    (`group`), the ordering as the report names it, our two values of the quantity the report printed
-    (e.g. the best run, for the monolingual report's Table 1; paper_comparison.quantity_label), and whether it
-    holds."""
+    """The orderings the report asserts that our results could test (not "not run"; those the verdict counts):
+    the report's table and row or column (`group`), the ordering as the report names it, our two values of the
+    quantity the report printed (e.g. the best run, for the monolingual report's Table 1;
+    paper_comparison.quantity_label), and whether it holds."""
     def ours(s: dict) -> str:
         return f"{s['ours_higher']:.3f} vs {s['ours_lower']:.3f} ({quantity_label(s['quantity'], s['quantity_lower'])})"
 
     if "quantity_lower" not in orderings.columns:  # an aggregate from before mixed orderings were told apart
         orderings = orderings.with_columns(pl.col("quantity").alias("quantity_lower"))
+    if "asserted" in orderings.columns:  # else an aggregate from before asserted orderings were told apart
+        orderings = orderings.filter(pl.col("asserted"))
     return orderings.filter(pl.col("status") != "not run").select(
         "group", "ordering",
         pl.struct("ours_higher", "ours_lower", "quantity", "quantity_lower").map_elements(ours, return_dtype=pl.String).alias("ours"),

@@ -61,13 +61,21 @@ def comparison(results, summary, levels):
             return_dtype=pl.String).alias("quantity"), "ordering",
         cell_text(lambda a, b: f"{num(a)} > {num(b)}", "paper_higher", "paper_lower", name="report"),
         cell_text(lambda a, b, ca, cb: f"{num(a)} vs {num(b)}" + (f" ({ca} vs {cb})" if ca and cb else ""),
-              "ours_higher", "ours_lower", "ci_higher", "ci_lower", name="this run"), "status")
+              "ours_higher", "ours_lower", "ci_higher", "ci_lower", name="this run"), "status",
+        pl.struct(orderings.columns).map_elements(paper_comparison.claim_text, return_dtype=pl.String)
+        .alias("the report's claim"), "asserted", "all_pairs")
+    asserted = shown_orderings.filter(pl.col("asserted")).drop("asserted", "all_pairs")
+    all_pairs = shown_orderings.filter(pl.col("all_pairs")).drop("asserted", "all_pairs")
+    unasserted = int((~orderings.filter(pl.col("all_pairs"))["asserted"]).sum())
+    pairs_caption = (f"All pairs, asserted or not (not the verdict's): each adjacent pair of distinct printed values "
+                     f"in a row or column of the report's table; {unasserted} of {all_pairs.height} not asserted")
     not_run = cells.height - run.height
     if not run.height:  # no table of nothing: say so in the note
         note += f" None of the report's {cells.height} cells was run here (they are in tables/paper_cells.parquet)."
     tables = (*(((f"Cells ({run.height} of {cells.height} run"
                   + (f"; the {not_run} others are in tables/paper_cells.parquet)" if not_run else ")"), shown_cells),)
                 if run.height else ()),
-              *(((f"Orderings: {verdict}", shown_orderings),) if orderings.height else ()))
+              *(((f"Orderings the report asserts: {verdict}", asserted),) if asserted.height else ()),
+              *(((pairs_caption, all_pairs),) if all_pairs.height else ()))
     return ([Section("The report vs this run", note, tables)],
             {"paper_cells": cells.drop("_cell"), "paper_orderings": orderings})
