@@ -13,6 +13,7 @@ from bertology.data import (
     Encoded,
     eval_batches,
     length_grouped_batches,
+    random_batches,
     subset_indices,
     tokenize_split,
 )
@@ -157,6 +158,23 @@ def test_length_grouped_batches_seeded():
     c = length_grouped_batches(lengths, 8, seed=(0, 2))
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
     assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+
+
+def test_random_batches_are_a_seeded_permutation_whatever_the_lengths():
+    """run_glue's batches (the study default, group_by_length=false): a permutation cut in order, the last
+    batch the short one; a batch's lengths spread as a random draw's, not as a grouped batch's."""
+    lengths = np.random.default_rng(0).integers(5, 120, size=1003)
+    batches = random_batches(len(lengths), 16, seed=(1, 2))
+    assert np.concatenate(batches).tolist() == np.random.default_rng((1, 2)).permutation(1003).tolist()
+    assert [len(b) for b in batches] == [16] * 62 + [11]
+    assert all(np.array_equal(a, b) for a, b in zip(batches, random_batches(len(lengths), 16, seed=(1, 2))))
+    assert not np.array_equal(batches[0], random_batches(len(lengths), 16, seed=(1, 3))[0])
+    grouped = length_grouped_batches(lengths, 16, seed=(1, 2))
+
+    def spread(bs):
+        return np.mean([np.ptp(lengths[b]) for b in bs])
+
+    assert spread(batches) > 10 * spread(grouped)
 
 
 def test_eval_batches_sorted_and_complete():

@@ -194,7 +194,8 @@ def test_a_state_from_another_configuration_is_ignored(tiny, tmp_path):
     assert not any("resuming" in line for line in lines)
 
 
-@pytest.mark.parametrize("field,value", [("checkpoint_every", -1), ("compile", 1), ("cuda_graph", "yes")])
+@pytest.mark.parametrize("field,value", [("checkpoint_every", -1), ("compile", 1), ("cuda_graph", "yes"),
+                                         ("group_by_length", "no")])
 def test_hyper_rejects_bad_execution_settings(field, value):
     with pytest.raises(BadInput, match=f"{field} must be"):
         Hyper(**{field: value})
@@ -242,3 +243,37 @@ def test_selection_last_keeps_the_weights_training_ended_with_and_best_the_best_
     assert any(not torch.equal(a[k], b[k]) for k in a)
     with pytest.raises(BadInput, match="selection must be one of best, last, got 'first'"):
         Hyper(selection="first")
+
+
+def test_random_batches_train_on_another_order_and_are_part_of_the_resume_identity(tiny, trained, tmp_path):
+    """group_by_length=False (a study's default: run_glue's random batches) trains the same data in another
+    batch order, deterministically; a resume state made with the other batching is not resumed."""
+    grouped, _, _ = trained
+    hp = dataclasses.replace(HP, group_by_length=False)
+    random, _ = run(tiny, tmp_path / "a", hp=hp)
+    again, _ = run(tiny, tmp_path / "b", hp=hp)
+
+    def without_time(result):
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in result.curves]
+
+    assert without_time(random) == without_time(again)
+    assert [r["train_loss"] for r in random.curves] != [r["train_loss"] for r in grouped.curves]
+    model_dir, train, val = tiny
+    sink, lines = MemorySink(), []
+    short = dataclasses.replace(HP, epochs=1, checkpoint_every=4)
+    finetune(model_dir, TASK, train.slice(0, 32), {"validation": val}, short, 3, tmp_path / "c", device="cpu",
+             log=lambda _: None, state=sink)
+    random_short = dataclasses.replace(short, group_by_length=False)
+    finetune(model_dir, TASK, train.slice(0, 32), {"validation": val}, random_short, 3, tmp_path / "d", device="cpu",
+             log=lines.append, state=sink)
+    assert any("made by another configuration" in line for line in lines)
+
+
+def test_each_split_is_reported_at_the_point_it_is_read_at(trained):
+    """SST-2 has one dev split: the second eval split here (train) is read at validation's best point, the
+    kept weights' point, and says so in selected_points."""
+    result, _, _ = trained
+    point = result.curves[result.best_epoch - 1]
+    assert result.selected_points == {split: {"epoch": point["epoch"], "step": point["step"]}
+                                      for split in ("validation", "train")}
+    assert result.best_metrics == {k: v for k, v in point.items() if "/" in k}

@@ -4,9 +4,12 @@
   inside the 10% subset for the same seed), so a learning curve over fractions adds data rather than
   swapping it.
 - `tokenize_split` tokenizes once, without padding, into an Arrow table that is cached per tokenizer.
-- `length_grouped_batches` / `eval_batches` group examples of similar length, and `Encoded.batch` pads
-  each batch only to its own longest example: far fewer pad tokens than padding everything to max_length.
-  On a GPU the width is rounded up to a multiple of 8 (`padded_width`, `train.device.pad_multiple`).
+- `random_batches` cuts a seeded permutation into training batches, as Hugging Face's run_glue draws them
+  (its default sampler); `length_grouped_batches` groups examples of similar length instead (run_glue's
+  `--group_by_length`), the regime setting `group_by_length`. `eval_batches` sorts by length (the order of
+  evaluation changes no number). `Encoded.batch` pads each batch only to its own longest example: far
+  fewer pad tokens than padding everything to max_length. On a GPU the width is rounded up to a multiple
+  of 8 (`padded_width`, `train.device.pad_multiple`).
 """
 
 from __future__ import annotations
@@ -153,12 +156,22 @@ def padded_width(longest: int, multiple: int = 1, limit: int | None = None) -> i
     return max(longest, min(width, limit)) if limit else width
 
 
+def random_batches(size: int, batch_size: int, *, seed: int | Sequence[int]) -> list[np.ndarray]:
+    """Training batches of a seeded random permutation of `size` examples, every index exactly once, the last
+    batch the short one: what run_glue's random sampler gives, so a batch's examples are a random draw
+    whatever their lengths."""
+    perm = np.random.default_rng(seed).permutation(size)
+    return [perm[i:i + batch_size] for i in range(0, size, batch_size)]
+
+
 def length_grouped_batches(lengths, batch_size: int, *, seed: int | Sequence[int],
                            mega_batches: int = 50) -> list[np.ndarray]:
     """Training batches of similar-length examples, every index exactly once (as HF's
     LengthGroupedSampler): shuffle, cut into mega-batches of `mega_batches` batches, sort each by length,
     split into batches, shuffle the batch order. The batch with the most padded tokens goes first, so an
-    out-of-memory error shows up on the first step rather than hours in."""
+    out-of-memory error shows up on the first step rather than hours in. Fewer pad tokens, but each batch
+    holds examples of one length, which random batches do not: the regime setting `group_by_length`,
+    off by default in a study (docs/training.md measures what it changes)."""
     lengths = np.asarray(lengths)
     rng = np.random.default_rng(seed)
     perm = rng.permutation(len(lengths))

@@ -11,6 +11,9 @@ Vocabulary rows (`vocab_overlap`) belong to a model, not to a run: they are the 
 for the plan's models, measured with the plan's settings where the plan has them (the vocab-overlap
 study's reference, case and corpus, or each model's own corpus: `corpora`). A plan without cells (that study's) has only those.
 
+Under selection `best`, the `runs` frame has each split its task reads at its own best epoch (MNLI-mm) at
+that epoch, from the run's curves (bertology.results.selection.per_split): value and `best_epoch`.
+
 Facts an intervention recorded in its checkpoint's manifest (FACT_INTERVENTIONS: how many word-embedding
 rows of each kind a shuffle moved and kept) are read from one built checkpoint per model and variant.
 
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from bertology.errors import BadInput, choices
+from bertology.results import selection
 from bertology.results.tables import CELL_TABLES, LABELS, results_key, scan_keys
 from bertology.spec import Cell
 from bertology.store import Damaged, Store
@@ -140,6 +144,8 @@ def load_study_results(store: Store, name: str, study_id: str) -> StudyResults:
         present = list(dict.fromkeys(k for k in keys if k in published))  # variants may share a run
         if present:
             tables[table] = _with_labels(scan_keys(store, present))
+    if "runs" in tables:  # a split read at its own best epoch (MNLI-mm) is read there: bertology.results.selection
+        tables["runs"] = selection.per_split(tables["runs"], tables.get("curves"), spec)
     absent = {c.run.id for c in missing}
     incomplete = tuple(dict.fromkeys((c, tuple(lacking[c.run.id])) for c in cells
                                      if c.run.id in lacking and c.run.id not in absent))

@@ -193,6 +193,7 @@ def _write_outputs(store: Store, cell: Cell, out: Path, result, monitored: bool)
         pq.write_table(pa.Table.from_pylist(rows), out / "activations.parquet")
     (out / "result.json").write_text(json.dumps({
         "best_epoch": result.best_epoch, "best_step": result.best_step, "best_metrics": result.best_metrics,
+        "selected_points": result.selected_points,
         "wall_seconds": result.wall_seconds, "device": result.device, "num_train": result.num_train,
         "throughput": result.throughput, "step_kind": result.step_kind, "epochs": r.epochs}, indent=2))
     if not cell.keep_weights:  # used here, before they leave the pod, then dropped

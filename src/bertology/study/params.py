@@ -50,6 +50,9 @@ PARAMS: dict[str, tuple[str, str]] = {
     "final_head": ("str", "carried"),
     # which evaluation point's weights are each run's result: "best" (on the first eval split) or "last"
     "selection": ("str", "best"),
+    # training batches: random, as run_glue draws them (false), or of similar-length examples (true: fewer pad
+    # tokens, but each batch holds one length); part of a run id
+    "group_by_length": ("bool", "false"),
     # evaluation and monitoring (the cross-lingual report: every 50 steps, against a native model)
     "eval_every": ("int", "0"),
     "reference": ("optional-str", ""),
@@ -119,6 +122,8 @@ DESCRIPTIONS: dict[str, str] = {
     "final_head": "the final task's classifier: carried (the intermediate run's, as run_glue loads it) | new "
                   "(drawn afresh)",
     "selection": "each run's result: its best epoch on dev (best) or its last epoch (last)",
+    "group_by_length": "false: random training batches, as run_glue | true: batches of similar-length examples "
+                       "(fewer pad tokens)",
     "eval_every": "training steps between evaluations besides each epoch's end (and one before the first "
                   "step); 0: each epoch's end only",
     "reference": "the reference model (a hub id or local directory)",
@@ -160,7 +165,7 @@ def unmark(text: str) -> tuple[str, bool]:
 # The study parameters that make up its Regime.
 REGIME_PARAMS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "train_layers", "unfreeze_per_epoch",
                  "eval_every", "reference", "checkpoint_every", "log_every", "compile", "cuda_graph",
-                 "tracker", "selection")
+                 "tracker", "selection", "group_by_length")
 
 # The settings task_settings may override per task, and which spec each lands in.
 TASK_DATASET_KEYS = ("fraction", "count", "max_length", "doc_stride", "eval_count")

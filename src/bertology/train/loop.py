@@ -1,19 +1,25 @@
 """Fine-tuning, for every task kind: the whole loop, readable in one sitting.
 
 AdamW (no weight decay on biases and LayerNorm weights) with a linear schedule and warmup, gradient
-clipping, bf16 autocast on CUDA, length-grouped batches padded per batch (to multiples of 8 on CUDA, so
-a run meets few widths, each of which costs once: `Hyper.pad_multiple`); the task's head
-(bertology.train.heads) turns rows into model inputs and scores evaluation splits. The training seed
-decides the head's initialisation, dropout, MLM masks and the data order. Every eval split is evaluated
-after every epoch, and also every `eval_every` steps (and before the first step) when that is set, as the
-forgetting curve needs; a `monitor` (the activation distance to a native model) runs at the same points.
-Which point's weights are the result is the run's `selection`: `best`, the best point (by the task's
-primary metric on the first eval split; lower is better for perplexity), kept on the CPU as training goes
-(the monolingual report's "best epoch", the cross-lingual report's early stopping); or `last`, the weights
-after the last step (the college and partial-reinitialization reports evaluate after fine-tuning, as Hugging
+clipping, bf16 autocast on CUDA (fp32 on CPU; Hugging Face's run_glue trains in fp32), batches padded per
+batch (to multiples of 8 on CUDA, so a run meets few widths, each of which costs once:
+`Hyper.pad_multiple`): random batches as run_glue draws them, or with `group_by_length` batches of
+similar-length examples (bertology.data). The task's head (bertology.train.heads) turns rows into model
+inputs and scores evaluation splits. The training seed decides the head's initialisation, dropout, MLM
+masks and the data order. Every eval split is evaluated after every epoch, and also every `eval_every`
+steps (and before the first step) when that is set, as the forgetting curve needs; a `monitor` (the
+activation distance to a native model) runs at the same points.
+
+Which point's weights are the result is the run's `selection`: `best`, the best point by the task's primary
+metric on the first eval split (lower is better for perplexity), kept on the CPU as training goes (the
+monolingual report's "best epoch", the cross-lingual report's early stopping); or `last`, the weights after
+the last step (the college and partial-reinitialization reports evaluate after fine-tuning, as Hugging
 Face's scripts do). Either way every evaluation point is recorded in the curves, so both are available; the
 chosen weights are saved at the end, with the tokenizer, as an HF directory, and are what evaluation,
-weight distances and a sequential run's second task start from.
+weight distances and a sequential run's second task start from. Under `best` a split the task reads at its
+own best point (`Task.own_best_splits`: MNLI-mm, which the monolingual report prints at its own best epoch)
+has its numbers from that point (`select_points`), while the weights stay the first split's best: they are
+one model, and early stopping and a sequential run's start follow the first split alone.
 
 The step itself (forward, backward, clipping, AdamW, the loss sums) is one function,
 bertology.train.step; on CUDA it replays as one CUDA graph per batch shape (bertology.train.graphs, with
@@ -45,7 +51,7 @@ import pyarrow as pa
 import torch
 from transformers import AutoTokenizer, get_linear_schedule_with_warmup
 
-from bertology.data import Encoded, length_grouped_batches
+from bertology.data import Encoded, length_grouped_batches, random_batches
 from bertology.errors import BadInput
 from bertology.tasks import Task
 from bertology.train import regimes
@@ -83,6 +89,9 @@ class Hyper:
     pad_multiple: int = 0  # batch widths round up to a multiple of this; 0: device.pad_multiple (8 on CUDA)
     schedule: regimes.Schedule = field(default_factory=regimes.Schedule)  # which parameters train when
     selection: str = "best"  # the result's weights: the best evaluation point ("best") or the last ("last")
+    # Batches of similar-length examples (bertology.data.length_grouped_batches), or random ones as run_glue
+    # draws them (False). True here, as the loop trained before the setting; a study's default is False.
+    group_by_length: bool = True
 
     # How the loop runs, not what it computes (padding is masked out: it changes float noise only).
     EXECUTION = ("checkpoint_every", "log_every", "compile", "cuda_graph", "pad_multiple")
@@ -94,7 +103,7 @@ class Hyper:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise BadInput(f"{name} must be an integer >= {low}, got {value!r}")
-        for name in ("compile", "cuda_graph"):
+        for name in ("compile", "cuda_graph", "group_by_length"):
             if not isinstance(getattr(self, name), bool):
                 raise BadInput(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.selection not in self.SELECTIONS:
@@ -109,9 +118,10 @@ class Hyper:
 
 @dataclass
 class FinetuneResult:
-    # The selected evaluation point (Hyper.selection): the best one, or the last one under `last`.
+    # The selected evaluation point (Hyper.selection): the best one, or the last one under `last`; its weights
+    # are the saved model.
     best_epoch: int  # 1-based: the epoch of the selected evaluation point
-    best_metrics: dict[str, float]  # "<split>/<metric>" at the selected evaluation point
+    best_metrics: dict[str, float]  # "<split>/<metric>", each split at its own point (`selected_points`)
     curves: list[dict] = field(default_factory=list)  # one row per evaluation point
     losses: list[dict] = field(default_factory=list)  # the training-loss series: epoch, step, train_loss, lr, seconds
     monitor: list[dict] = field(default_factory=list)  # the monitor's rows, stamped with epoch and step
@@ -124,6 +134,31 @@ class FinetuneResult:
     throughput: float = 0.0  # training sequences per second
     step_kind: str = "eager"  # how the training step ran: eager, cuda-graph (train.graphs) or compiled
     capture_seconds: float = 0.0  # of train_seconds, the CUDA graphs' warm-ups and captures (once per shape)
+    # eval split -> {"epoch", "step"} of the point its best_metrics are from: the selected point, except for a
+    # split read at its own best point (select_points)
+    selected_points: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def select_points(curves: list[dict], task: Task, splits, selection: str) -> dict[str, int]:
+    """Eval split -> the index in `curves` of the point its numbers are read at. Under `last`, the last point.
+    Under `best`, the best point by the primary metric on the first of `splits`, or, for a split in
+    `task.own_best_splits`, on that split itself; the earliest of equal points, and never the point before
+    the first step unless it is the only one (regime none). The weights a run keeps are the first split's
+    best point whatever this picks for the other splits (early stopping follows the first split only)."""
+    splits = list(splits)
+    if selection == "last":
+        return {split: len(curves) - 1 for split in splits}
+    trained = [i for i, row in enumerate(curves) if row["step"] > 0] or list(range(len(curves)))
+
+    def best_on(split: str) -> int:
+        key, top = f"{split}/{task.primary_metric}", None
+        for i in trained:
+            if task.better(curves[i][key], None if top is None else curves[top][key]):
+                top = i
+        return top
+
+    first = best_on(splits[0])
+    return {split: best_on(split) if split in task.own_best_splits else first for split in splits}
 
 
 def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp: Hyper, seed: int,
@@ -254,9 +289,8 @@ def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp
             curves[run].append(row)
             # The point before any training step is a reference on the curve, never the result (but with
             # regime `none` it is the only point).
-            top = curves[run][best[run]] if best[run] is not None else None
-            improved = (step > 0 or untrained) and (
-                top is None or (row[primary] < top[primary] if task.lower_is_better else row[primary] > top[primary]))
+            top = curves[run][best[run]][primary] if best[run] is not None else None
+            improved = (step > 0 or untrained) and task.better(row[primary], top)
             if improved:
                 best[run] = len(curves[run]) - 1
                 if hp.selection == "best":
@@ -279,7 +313,10 @@ def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp
         first = start_batch if epoch == start_epoch else 0
         train_step.reset(SINCE_CONSOLE_LINE)
         window_steps, window_start, window_seqs = 0, epoch_start, 0
-        batches = length_grouped_batches(examples.lengths, hp.batch_size, seed=(seed, epoch))
+        if hp.group_by_length:
+            batches = length_grouped_batches(examples.lengths, hp.batch_size, seed=(seed, epoch))
+        else:
+            batches = random_batches(len(examples), hp.batch_size, seed=(seed, epoch))
         for i, batch_rows in enumerate(batches[first:], start=first):
             # the step: forward, backward, clip, AdamW, loss sums (one CUDA graph when graphed)
             if hp.compile:  # a new training step: CUDA graphs may reuse the last step's output memory
@@ -338,10 +375,14 @@ def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp
             point = curves[run][-1]
         model.save_pretrained(out_dirs[run])  # safetensors (the default since transformers 4.35, the only format in 5)
         tokenizer.save_pretrained(out_dirs[run])
+        points = select_points(curves[run], task, evals, hp.selection)
+        read_at = {split: curves[run][i] for split, i in points.items()}
         results.append(FinetuneResult(
             best_epoch=point["epoch"],
             best_step=point["step"],
-            best_metrics={key: v for key, v in point.items() if "/" in key},
+            best_metrics={key: v for split, row in read_at.items() for key, v in row.items()
+                          if key.startswith(f"{split}/")},
+            selected_points={split: {"epoch": r["epoch"], "step": r["step"]} for split, r in read_at.items()},
             curves=curves[run],
             losses=losses[run],
             monitor=monitored,

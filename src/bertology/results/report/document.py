@@ -38,6 +38,21 @@ def figures_drawn(*figures: str | None) -> tuple[str, ...]:
     return tuple(f for f in figures if f)
 
 
+def training_choices(spec: dict) -> str:
+    """How the batches were drawn and in which precision the runs computed, where Hugging Face's run_glue
+    (whose defaults a study assumes where its report is silent) may differ. A plan's regime lacks
+    `group_by_length` where it is true: so did every plan made before the setting, whose runs were grouped."""
+    study = spec["regime"].get("group_by_length", True)
+    text = ("Training batches: of similar-length examples (`group_by_length=true`; run_glue's are random)"
+            if study else "Training batches: random, as run_glue draws them (`group_by_length=false`)")
+    others = [v["name"] for v in spec.get("variants", [])
+              if (v.get("regime") or {}).get("group_by_length", study) != study]
+    if others:
+        text += f", except {', '.join(f'`{v}`' for v in others)} (its own `group_by_length`)"
+    return text + ("; bf16 autocast on a GPU (run_glue computes in fp32; the runs table's `device` says where each "
+                   "run trained), fp32 on CPU.")
+
+
 def settings(spec: dict) -> str:
     """The plan's settings in one paragraph (those it has: a vocabulary plan has no regime or seeds)."""
     parts = [f"Preset `{spec.get('preset')}`", f"models {', '.join(spec.get('models', []))}"]
@@ -60,6 +75,8 @@ def settings(spec: dict) -> str:
     if spec["intermediates"]:
         text += (f" Intermediate tasks: {', '.join(spec['intermediates'])}; the final task's head: "
                  f"{spec.get('final_head', 'new')} (`final_head`).")  # absent: new, as before the setting
+    if "regime" in spec:
+        text += " " + training_choices(spec)
     if spec.get("regime", {}).get("fused"):
         text += (" Runs trained fused: several runs of one architecture, data and seed as one stacked model, "
                  "with eager attention and one dropout mask per dropout call shared by them (their numbers "
