@@ -19,7 +19,7 @@ TORCH_WHEELS ?= $(abspath $(wildcard ../shared/wheels))
 # (added once: a recursive make inherits it, and the images' tags hash the pip settings they are built with)
 export PIP_FIND_LINKS := $(strip $(PIP_FIND_LINKS) $(filter-out $(PIP_FIND_LINKS),$(TORCH_WHEELS)))
 
-.PHONY: install demo test lint images push test-images clean chromium screenshots device-kit device-kit-test \
+.PHONY: help install demo test lint docs images push test-images clean chromium screenshots device-kit device-kit-test \
 	cluster-build cluster cluster-down cluster-status test-cluster
 REGISTRY ?= ghcr.io/bertology
 # The tag the chart pulls when images.NAME.tag is empty: its appVersion.
@@ -51,17 +51,17 @@ $(STAMP): pyproject.toml Makefile
 	  -e '.[demo,cluster,dev,notebook,tracking]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP)  ## .venv with every dependency (torch pinned and installed first); make demo and make test run it
 
 ## demo: the reversed-layers study, offline, on the packaged pre-trained MiniLM (a few minutes on 2 cores)
-demo: $(STAMP)
+demo: $(STAMP)  ## the reversed-layers study on a real pre-trained encoder (the packaged MiniLM), offline
 	$(VENV)/bin/bertology run workflows/reversed-layers.yaml -p preset=demo
 
 ## test: lint, then every test (unit, end-to-end through the local runner, S3 on loopback, every study's
 ## report.html in headless Chromium), in two pytest-xdist workers; tests marked xdist_group share a worker
 ## (TEST_WORKERS=0: one process); it ends with the ten slowest tests, to keep the suite's time in view
 TEST_WORKERS ?= 2
-test: lint $(CHROMIUM)
+test: lint $(CHROMIUM)  ## make lint, then every test in two workers (the reports in headless Chromium)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 
 ## lint: ruff; the import map's contracts (lint-imports); strict validation of every Argo YAML; the Helm chart (helm lint, then its rendered output:
@@ -69,8 +69,8 @@ test: lint $(CHROMIUM)
 ## rendered step library); the pods Argo makes of every template against the "restricted" Pod Security
 ## Standard, and checkov over them and the chart (.checkov.yaml says why each skipped check is); hadolint
 ## on every Dockerfile; the docs site (mkdocs build --strict: a broken link or anchor, or a page missing
-## from the nav, fails it)
-lint: $(STAMP) $(K8S_TOOLS) $(CHECKOV_STAMP)
+## from the nav, fails it; then docs/check_site.py over the built HTML: every href, src and anchor resolves)
+lint: $(STAMP) $(K8S_TOOLS) $(CHECKOV_STAMP)  ## ruff, the import map, the Argo YAML, the chart, pod security, checkov, hadolint, the docs site
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports  # the import map's layers, and no cycle in any package ([tool.importlinter])
 	$(VENV)/bin/bertology validate workflows/*.yaml workflows/templates/*.yaml
@@ -89,7 +89,27 @@ lint: $(STAMP) $(K8S_TOOLS) $(CHECKOV_STAMP)
 	cp $(CHART_OUT)/kubernetes.yaml $(CHART_OUT)/checkov/  # one directory: checkov links the NetworkPolicy to the pods
 	$(CHECKOV_VENV)/bin/checkov --config-file .checkov.yaml -d $(CHART_OUT)/checkov
 	$(VENV)/bin/hadolint images/*/Dockerfile
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet  # the theme's end-of-life banner off
+	$(MKDOCS_BUILD)
+	$(PY) docs/check_site.py $(DOCS_SITE)
+
+## docs: the docs site into build/site/ (mkdocs.yml's site_dir), a folder that works opened from disk: every
+## page a file, search included. Redraws docs/architecture.svg when the import map has changed, builds
+## with `mkdocs build --strict`, checks every link, image and anchor of the built HTML (docs/check_site.py)
+## and prints the page to open. Needs only .venv's mkdocs (`make install` first where there is none).
+DOCS_SITE := build/site
+# NO_MKDOCS_2_WARNING: Material's banner about MkDocs 2 off
+MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+docs:  ## the docs site into build/site/, every link checked; prints the page to open (it works from disk)
+	test -x $(VENV)/bin/mkdocs || $(MAKE) install
+	$(PY) docs/architecture.py
+	$(MKDOCS_BUILD)
+	$(PY) docs/check_site.py $(DOCS_SITE)
+	@echo "the docs site: file://$(abspath $(DOCS_SITE))/index.html (open it in a browser; it works from disk)"
+
+## help: every target, one line each (the `## ` comment on its line; the comments above a target say more)
+help:  ## every target and what it does, one line each
+	@echo "make TARGET, where TARGET is one of:"
+	@awk 'BEGIN { FS = ":.*## " } /^[a-z][a-z-]*:.*## / { printf "  %-16s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 # Splits rendered manifests (file argv[1]) by API group: Argo's documents to argv[2], the rest to argv[3].
 define SPLIT_MANIFESTS
@@ -120,23 +140,23 @@ $(CHECKOV_STAMP): | $(STAMP)
 
 ## device-kit: what bench/gpu.py needs on a lent GPU machine beyond what it has, as Python 3.12 wheels in
 ## .whl/ (ignored; the device call carries it): bench/README.md
-device-kit:
+device-kit:  ## the wheels bench/gpu.py needs on a bare, offline GPU machine, into .whl/ (bench/README.md)
 	$(PYTHON) bench/device_kit.py
 
 ## device-kit-test: proves the kit complete: bench/device.sh on CPU in a Python 3.12 venv of only the GPU
 ## machine's packages (bench/gpu-machine.txt; ~5 GB in ~/.cache/bertology, built once)
-device-kit-test: device-kit $(STAMP)
+device-kit-test: device-kit $(STAMP)  ## bench/device.sh on CPU, in a venv of only the GPU machine's packages
 	BERTOLOGY_DEVICE_KIT=1 $(PY) -m pytest -q -s -p no:cacheprovider tests/test_device_kit.py -k device_call_runs
 
 ## chromium: Debian's Chromium, from apt, once (root, or sudo when there is one)
-chromium: $(CHROMIUM)
+chromium: $(CHROMIUM)  ## Debian's Chromium from apt, once (root, or through sudo), for the browser tests
 $(CHROMIUM):
 	$$([ "$$(id -u)" = 0 ] || echo sudo) sh -c 'apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium'
 	test -x $@
 
 ## screenshots: docs/screenshots/*.png, the README's report screenshots (three tiny studies, a few minutes)
-screenshots: $(STAMP) $(CHROMIUM)
+screenshots: $(STAMP) $(CHROMIUM)  ## docs/screenshots/*.png, the reports of three tiny studies
 	$(PY) docs/screenshots.py
 
 ## images: bertology-cpu and bertology-train with podman or docker, whichever runs here (ENGINE=podman|docker),
@@ -145,7 +165,7 @@ screenshots: $(STAMP) $(CHROMIUM)
 ## torch from this machine's pip settings (podman). TRAIN_TORCH=cuda|cpu: the training image's torch (default
 ## cuda, PyPI's wheel; cpu with BASE=local). Each image is also tagged $(REGISTRY)/NAME:$(IMAGE_TAG), as the chart pulls it.
 BASE ?= public
-images: $(STAMP)
+images: $(STAMP)  ## bertology-cpu and bertology-train with podman or docker (BASE=local, ENGINE=, TRAIN_TORCH=)
 	$(PY) -m bertology.images build --base $(BASE) $(if $(ENGINE),--engine $(ENGINE)) \
 	  $(if $(TRAIN_TORCH),--train-torch $(TRAIN_TORCH)) --registry $(REGISTRY) --version $(IMAGE_TAG)
 
@@ -155,7 +175,7 @@ images: $(STAMP)
 ## REGISTRY=HOST[:PORT][/PATH] is required (log in to it first: podman login / docker login);
 ## TLS_VERIFY=false for a registry without TLS (podman)
 TLS_VERIFY ?= true
-push: $(STAMP)
+push: $(STAMP)  ## the images, pushed to REGISTRY=HOST[/PATH]; prints the helm values that pull them by digest
 	$(PY) -m bertology.images push --registry '$(if $(filter file,$(origin REGISTRY)),,$(REGISTRY))' \
 	  --version '$(IMAGE_TAG)' --base $(BASE) $(if $(ENGINE),--engine $(ENGINE)) \
 	  $(if $(TRAIN_TORCH),--train-torch $(TRAIN_TORCH)) --tls-verify '$(TLS_VERIFY)'
@@ -164,7 +184,7 @@ push: $(STAMP)
 ## when missing), then the tiny reversed-layers study in them against S3 on loopback, compared with the in-process
 ## runner; a write outside /tmp; an OOM kill and its retry; `make push` to a registry on loopback, whose printed
 ## values helm renders. Not part of `make test` (a cold build takes minutes).
-test-images: $(STAMP) $(K8S_TOOLS)
+test-images: $(STAMP) $(K8S_TOOLS)  ## both images on a local base, then the tiny study in them against S3 on loopback
 	command -v podman >/dev/null && command -v runc >/dev/null && command -v mmdebstrap >/dev/null && \
 	  command -v docker-registry >/dev/null || \
 	  $$([ "$$(id -u)" = 0 ] || echo sudo) sh -c 'apt-get update -qq && \
@@ -174,7 +194,7 @@ test-images: $(STAMP) $(K8S_TOOLS)
 
 ## cluster-build: the local cluster's binaries from their Go modules (cluster/*/go.mod, pinned), once per version
 ## into ~/.cache/bertology/cluster: Kubernetes, etcd, containerd, crictl, Argo Workflows (needs Go >= 1.26)
-cluster-build: $(STAMP)
+cluster-build: $(STAMP)  ## the local cluster's binaries from their pinned Go modules, once per version
 	$(PY) -m bertology.localcluster build
 
 ## cluster: a real single-node Kubernetes with Argo Workflows on this machine, as plain processes on a host-only
@@ -182,7 +202,7 @@ cluster-build: $(STAMP)
 ## containerd; prints the kubeconfig to use. `make cluster-down` stops it and leaves nothing behind.
 CLUSTER_APT := runc iptables conntrack containernetworking-plugins podman mmdebstrap docker-registry \
   busybox-static gcc libc6-dev
-cluster: $(STAMP) $(K8S_TOOLS)
+cluster: $(STAMP) $(K8S_TOOLS)  ## a real single-node Kubernetes with Argo Workflows here (root); prints its kubeconfig
 	command -v runc >/dev/null && command -v iptables >/dev/null && command -v conntrack >/dev/null && \
 	  test -x /usr/lib/cni/bridge && command -v podman >/dev/null && command -v mmdebstrap >/dev/null && \
 	  command -v docker-registry >/dev/null && test -x /bin/busybox && command -v gcc >/dev/null || \
@@ -191,18 +211,18 @@ cluster: $(STAMP) $(K8S_TOOLS)
 	$(MAKE) images BASE=local ENGINE=podman
 	$$([ "$$(id -u)" = 0 ] || echo sudo) $(PY) -m bertology.localcluster up
 
-cluster-down: $(STAMP)
+cluster-down: $(STAMP)  ## stops the local cluster; fails if anything is left behind
 	$$([ "$$(id -u)" = 0 ] || echo sudo) $(PY) -m bertology.localcluster down
 
-cluster-status: $(STAMP)
+cluster-status: $(STAMP)  ## what of the local cluster is running
 	$(PY) -m bertology.localcluster status
 
 ## test-cluster: `make cluster`, then tests/cluster on it (the user's own `argo submit`, the chart by `helm install`,
 ## the nightly, retries, the GPU queue, the queue watch, other tenants, `argo lint`), then `make cluster-down`,
 ## which fails when anything is left behind. KEEP_CLUSTER=1 leaves the cluster running.
-test-cluster: cluster
+test-cluster: cluster  ## make cluster, tests/cluster on it, then make cluster-down (KEEP_CLUSTER=1 keeps it)
 	BERTOLOGY_CLUSTER_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/cluster; status=$$?; \
 	  if [ -z "$(KEEP_CLUSTER)" ]; then $(MAKE) cluster-down || status=1; fi; exit $$status
 
-clean:
+clean:  ## removes ./.bertology, the default local store
 	rm -rf .bertology

@@ -1,8 +1,12 @@
 """The architecture picture on docs/development.md, drawn from the import map itself so it cannot drift:
 the path of a study's data (spec -> plan -> steps -> library -> store) on top, and below it the library's
 layers exactly as pyproject.toml's import-linter `layers` contract lists them (each layer imports only the
-layers beneath it; `make lint` enforces that), every module of each layer named. An MkDocs hook: the SVG
-is a generated file of the site (`architecture.svg`), never a file in the repository."""
+layers beneath it; `make lint` enforces that), every module of each layer named.
+
+The picture is a file of the repository, docs/architecture.svg, so that docs/development.md shows it where
+the repository is read (on GitHub) as well as on the site. `python docs/architecture.py` redraws it (`make
+docs` does, before it builds); as an MkDocs hook this module refuses to build the site with a picture that
+is not the current import map's, so `make lint` fails on one left stale."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ except ImportError:  # Python 3.10: pytest's own dependency
 
 REPO = Path(__file__).resolve().parent.parent
 NAME = "architecture.svg"
+PICTURE = REPO / "docs" / NAME
 # the data's path through a study: what each stage is, and where it lives
 FLOW = [("spec", "bertology.spec, study/"), ("plan", "steps/plan, steps/planned"),
         ("steps", "jobs/<step>.py, steps/"), ("library", "models, interventions, train, tasks, results"),
@@ -67,10 +72,29 @@ def svg() -> str:
             f'<rect width="100%" height="100%" fill="white"/>{"".join(parts)}</svg>\n')
 
 
+def stale() -> bool:
+    """Whether docs/architecture.svg is missing or not the picture of the current import map."""
+    return not PICTURE.is_file() or PICTURE.read_text(encoding="utf-8") != svg()
+
+
+def write() -> bool:
+    """Redraws docs/architecture.svg where it is stale; whether it was."""
+    if not stale():
+        return False
+    PICTURE.write_text(svg(), encoding="utf-8")
+    return True
+
+
 # -- the MkDocs hook -------------------------------------------------------------------------------------
 
-def on_files(files, config):
-    from mkdocs.structure.files import File
+def on_pre_build(config):
+    from mkdocs.exceptions import PluginError
 
-    files.append(File.generated(config, NAME, content=svg()))
-    return files
+    if stale():
+        raise PluginError(f"docs/{NAME} is not the picture of pyproject.toml's import-linter layers: "
+                          "`make docs` (or `python docs/architecture.py`) redraws it")
+
+
+if __name__ == "__main__":
+    if write():
+        print(f"docs/{NAME}: redrawn from pyproject.toml's layers")

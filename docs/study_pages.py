@@ -3,11 +3,17 @@
 which are assumed, how to run it) and its parameters with their defaults. An MkDocs hook (mkdocs.yml
 `hooks:`): `on_config` lists the pages under the nav's "Studies", `on_files` adds them to the build.
 tests/test_docs.py checks every page against its workflow file.
+
+The pages exist only on the site, so the docs' Markdown links a study by its workflow file
+(`[reversed-layers](../../workflows/reversed-layers.yaml)` in docs/studies/index.md): read in the
+repository (on GitHub), the link opens the file the page is made of; `on_page_markdown` turns it into a
+link to the study's page on the site.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from pathlib import Path
 
@@ -16,6 +22,7 @@ import yaml
 from bertology.study.params import unmark
 
 REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
 WORKFLOWS = REPO / "workflows"
 SECTION = "Studies"  # the nav entry whose pages these are
 _CODE_SPAN = re.compile(r"(`[^`\n]*`)")
@@ -139,6 +146,28 @@ def page(path: Path) -> str:
     return "\n".join(out) + "\n"
 
 
+# A Markdown link (or image) target naming a workflow file, with an optional anchor.
+_WORKFLOW_LINK = re.compile(r"\]\((?P<path>[^()\s#]*\.yaml)(?P<anchor>#[^()\s]*)?\)")
+
+
+def site_links(markdown: str, src_uri: str) -> str:
+    """The Markdown of the docs page `src_uri` (relative to docs/) with each link to a workflow file that has a
+    generated page (`../../workflows/NAME.yaml`, as the repository resolves it from the page's own folder)
+    turned into a link to that page (`NAME.md` from docs/studies/); other links as they are."""
+    folder = posixpath.dirname(src_uri)
+    stems = {path.stem for path in workflow_files()}
+
+    def replace(match: re.Match) -> str:
+        in_repo = posixpath.normpath(posixpath.join("docs", folder, match["path"]))
+        stem = posixpath.basename(in_repo).removesuffix(".yaml")
+        if posixpath.dirname(in_repo) != "workflows" or stem not in stems:
+            return match[0]
+        page = posixpath.relpath(f"studies/{stem}.md", folder or ".")
+        return f"]({page}{match['anchor'] or ''})"
+
+    return _WORKFLOW_LINK.sub(replace, markdown)
+
+
 def nav_entries() -> list[dict]:
     return [{path.stem: f"studies/{path.stem}.md"} for path in workflow_files()]
 
@@ -151,6 +180,10 @@ def on_config(config):
         if isinstance(entry, dict) and SECTION in entry:
             entry[SECTION] = [*(e for e in entry[SECTION] if e not in nav_entries()), *nav_entries()]
     return config
+
+
+def on_page_markdown(markdown, page, config, files):
+    return site_links(markdown, page.file.src_uri)
 
 
 def on_files(files, config):

@@ -13,6 +13,11 @@
   lines and tables, values aside.
 - The study pages are the workflows' own headers and parameters (docs/study_pages.py), and the site builds
   with every one of them.
+- Read in the repository (GitHub), every link and image of the README and the docs names a file that is
+  there; the architecture picture there is the import map's.
+- Each report goes by one short name, defined on the home page; the docs say what was measured on what,
+  not how a machine was had for it.
+- `make help` lists every target on one line; `make docs` and `make lint` build the site and check its links.
 """
 
 from __future__ import annotations
@@ -97,7 +102,7 @@ def test_every_shell_block_names_the_test_that_runs_it(page):
             assert commands(body) in (["make test"], ["make install"]), f"only the test suite goes untested: {body}"
             if commands(body) == ["make install"]:  # the suite's own first step: make test -> lint -> install's stamp
                 makefile = (REPO / "Makefile").read_text()
-                assert re.search(r"^install: \$\(STAMP\)$", makefile, re.MULTILINE)
+                assert re.search(r"^install: \$\(STAMP\)(  ## .*)?$", makefile, re.MULTILINE)
                 assert re.search(r"^test: lint\b", makefile, re.MULTILINE)
                 assert re.search(r"^lint: \$\(STAMP\)", makefile, re.MULTILINE)
             continue
@@ -186,7 +191,8 @@ def _shape(lines: list[str]) -> list[str]:
     tables the values, the mean ± sd cells and whether an ordering holds."""
     out = []
     for line in lines:
-        if re.match(r"(datasets|checkpoints|cells) \d+/", line):  # the progress line's fan-outs
+        # the progress line: its fan-outs' counts, or before the plan (and for a run with nothing to do) its step
+        if re.match(r"(datasets|checkpoints|cells) \d+/|(starting|running \S+|nothing to run)( · |$)", line):
             if out and out[-1] == "PROGRESS":
                 continue
             line = "PROGRESS"
@@ -418,22 +424,29 @@ def test_every_study_parameter_has_a_canonical_description_and_none_is_stale():
 
 
 def test_the_site_builds_strictly_with_a_page_per_workflow(tmp_path):
-    """`mkdocs build --strict` (as make lint runs it): every study page is built and listed in the nav."""
+    """`mkdocs build --strict` (as make docs and make lint run it): every study page is built, as a file (the
+    site works from disk), and listed in the nav; the studies overview links each one where the repository's
+    Markdown links its workflow file."""
     done = subprocess.run([str(BIN / "mkdocs"), "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")],
                           cwd=REPO, capture_output=True, text=True, check=False, timeout=300)
     assert done.returncode == 0, done.stderr
     nav = (tmp_path / "site" / "index.html").read_text()
+    overview = (tmp_path / "site" / "studies" / "index.html").read_text()
+    source = (REPO / "docs" / "studies" / "index.md").read_text()
     for workflow in study_pages.workflow_files():
-        assert (tmp_path / "site" / "studies" / workflow.stem / "index.html").is_file()
-        assert f'href="studies/{workflow.stem}/"' in nav
+        assert (tmp_path / "site" / "studies" / f"{workflow.stem}.html").is_file()
+        assert f'href="studies/{workflow.stem}.html"' in nav
+        assert f"[{workflow.stem}](../../workflows/{workflow.name})" in source  # on GitHub: the workflow file
+        assert f'<a href="{workflow.stem}.html">{workflow.stem}</a>' in overview  # on the site: its page
+    assert ".yaml" not in "".join(re.findall(r'href="[^"]*"', overview))
     search = json.loads((tmp_path / "site" / "search" / "search_index.json").read_text())
-    assert any(doc["location"].startswith("studies/reversed-layers/") for doc in search["docs"])
+    assert any(doc["location"].startswith("studies/reversed-layers.html") for doc in search["docs"])
     # development.md's architecture picture: drawn from the import-linter layers, every package of the
     # library in exactly one of them, each named in the picture, in the contract's order
     import architecture
 
     svg = (tmp_path / "site" / architecture.NAME).read_text()
-    assert 'src="../architecture.svg"' in (tmp_path / "site" / "development" / "index.html").read_text()
+    assert 'src="architecture.svg"' in (tmp_path / "site" / "development.html").read_text()
     rows = architecture.layers()
     named = [m for row in rows for m in row]
     library = {p.stem for p in (REPO / "src" / "bertology").iterdir()
@@ -442,6 +455,53 @@ def test_the_site_builds_strictly_with_a_page_per_workflow(tmp_path):
     layers = svg[svg.index("the library's layers"):]  # below the flow, whose boxes name steps too
     positions = [layers.index(f">{' · '.join(row)}<") for row in rows]
     assert positions == sorted(positions) and rows[0] == ["cli"] and rows[-1] == ["errors"]
+
+
+def test_the_architecture_picture_in_the_repository_is_the_import_maps(tmp_path, monkeypatch):
+    """docs/architecture.svg (committed, so development.md shows it on GitHub too) is what architecture.py
+    draws from pyproject.toml now; a stale one stops the site's build, naming the command that redraws it."""
+    import architecture
+
+    assert (REPO / "docs" / architecture.NAME).read_text() == architecture.svg()
+    assert not architecture.stale()
+    stale = tmp_path / architecture.NAME
+    stale.write_text(architecture.svg().replace("errors", "errorz"))
+    monkeypatch.setattr(architecture, "PICTURE", stale)
+    from mkdocs.exceptions import PluginError
+
+    with pytest.raises(PluginError, match=r"docs/architecture.svg is not the picture .*`make docs`"):
+        architecture.on_pre_build({})
+    assert architecture.write() and stale.read_text() == architecture.svg() and not architecture.write()
+
+
+# A Markdown link's or image's target (a nested one too: `[![alt](img)](target)`), or a raw tag's src or href.
+REPO_LINK = re.compile(r"\]\((?P<md>[^()\s]+)(?:\s+\"[^\"]*\")?\)|<(?:img|a|source)\b[^>]*?\b(?:src|href)=\"(?P<html>[^\"]+)\"")
+FENCE = re.compile(r"^([ \t]*)```.*?^\1```", re.DOTALL | re.MULTILINE)
+
+
+def repository_links(page: Path) -> list[str]:
+    """The local targets a page links or shows, outside code, without their anchors."""
+    text = re.sub(r"`[^`\n]*`", "", FENCE.sub("", page.read_text()))
+    targets = [m["md"] or m["html"] for m in REPO_LINK.finditer(text)]
+    return [t.split("#", 1)[0] for t in targets if not re.match(r"[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")]
+
+
+@pytest.mark.parametrize("page", [REPO / "README.md", *DOCS], ids=lambda p: str(p.relative_to(REPO)))
+def test_every_local_link_of_the_markdown_works_where_the_repository_is_read(page):
+    """Read in the repository (GitHub renders docs/*.md as it finds them), every link and image of the README
+    and the docs pages names a file that is there: none names what only the site has (the study pages are
+    linked by their workflow files, the architecture picture is committed). The site's own links, anchors
+    included, are checked by `mkdocs build --strict` and docs/check_site.py."""
+    targets = repository_links(page)
+    missing = [t for t in targets if not (page.parent / t).exists()]
+    assert missing == [], f"{page.relative_to(REPO)} links to what the repository does not have: {missing}"
+
+
+def test_the_repository_link_check_sees_nested_links_and_raw_tags_and_skips_code(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text('[![alt](a.png){ width="5" }](b.png) <img src="c.png" width="9"> [d](d.md#x) [e](#e)\n'
+                    "`[f](f.md)` [g](https://example.com/g.md)\n```bash\n[h](h.md)\n```\n")
+    assert repository_links(page) == ["a.png", "b.png", "c.png", "d.md"]
 
 
 def test_what_the_docs_say_of_the_demo_model_is_what_its_model_card_says():
@@ -459,3 +519,116 @@ def test_what_the_docs_say_of_the_demo_model_is_what_its_model_card_says():
     assert ("lists among those pairs SNLI and MultiNLI (GLUE's MNLI is MultiNLI), Quora's duplicate questions (the "
             "source of GLUE's QQP) and SQuAD 2.0's questions; it lists neither STS-B nor MRPC") in page
     assert "1.17 billion sentence pairs" in page
+
+
+# -- the Makefile: make help, make docs ---------------------------------------------------------------------
+
+def _phony() -> set[str]:
+    makefile = (REPO / "Makefile").read_text()
+    declared = re.search(r"^\.PHONY:((?:.*\\\n)*.*)$", makefile, re.MULTILINE)[1]
+    return set(declared.replace("\\\n", " ").split())
+
+
+def test_make_help_lists_every_target_once_on_one_line_each():
+    """`make help` prints each target the Makefile declares .PHONY, in the Makefile's order, with the one-line
+    description its rule line ends with (`## …`)."""
+    done = subprocess.run(["make", "-s", "--no-print-directory", "help"], cwd=REPO, capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    first, *rows = done.stdout.splitlines()
+    assert first == "make TARGET, where TARGET is one of:"
+    names = [row.split()[0] for row in rows]
+    assert sorted(names) == sorted(_phony()) and len(set(names)) == len(names)
+    for row in rows:
+        name, description = row.split(None, 1)
+        assert row.startswith(f"  {name} ") and len(description) > 10 and len(row) <= 120, row
+    makefile = (REPO / "Makefile").read_text()
+    positions = [re.search(rf"^{re.escape(name)}:", makefile, re.MULTILINE).start() for name in names]
+    assert positions == sorted(positions)
+
+
+def test_make_docs_and_make_lint_build_the_site_and_check_its_links():
+    """Both build with `mkdocs build --strict` (the theme's MkDocs 2 banner off), then check the built HTML's
+    links; make docs also redraws the architecture picture and prints the page to open."""
+    def recipe(target: str) -> str:
+        done = subprocess.run(["make", "-n", "--no-print-directory", target], cwd=REPO, capture_output=True,
+                              text=True, check=False, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    build = "NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet\n.venv/bin/python docs/check_site.py build/site\n"
+    docs, lint = recipe("docs"), recipe("lint")
+    assert build in docs and build in lint
+    assert docs.index("docs/architecture.py") < docs.index("mkdocs build")
+    assert "docs/architecture.py" not in lint  # lint writes nothing into docs/: a stale picture fails the build
+    assert f"the docs site: file://{REPO}/build/site/index.html (open it in a browser; it works from disk)" in docs
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    assert config["site_dir"] == "build/site" and config["use_directory_urls"] is False
+
+
+# -- one name for each report -------------------------------------------------------------------------------
+
+REPORT_NAMES = ["the monolingual report", "the partial-reinitialization report", "the college report",
+                "the cross-lingual report"]
+# The other names the reports went by: the long forms, and shortenings of the partial-reinitialization report.
+OTHER_NAMES = re.compile(r"monolingual[- ]pre-?training|bert-goes-to-college|cross-lingual fine-tuning|"
+                         r"partial[- ]re-init\b|partial re-?initiali[sz]ation|partial-reinitialisation|"
+                         r"partial-reinit report", re.IGNORECASE)
+
+
+def _prose(page: Path) -> str:
+    """A page's text but its code (identifiers such as `monolingual-pretraining` are not names) and the
+    reports' own titles (in italics)."""
+    text = re.sub(r"`[^`\n]*`", "", FENCE.sub("", page.read_text()))
+    return re.sub(r"\*[A-Z][^*\n]+\*", "", text)
+
+
+def _names_table(page: Path) -> list[str]:
+    rows = page.read_text().split("| called | report | authors | year |\n|---|---|---|---|\n", 1)[1].split("\n\n")[0]
+    return [row.split(" | ")[0].removeprefix("| ") for row in rows.splitlines()]
+
+
+def test_the_reports_short_names_are_defined_on_the_home_page():
+    """docs/index.md defines them, once in the docs; the README's table of the four reports names them alike."""
+    defining = [p for p in DOCS if "| called | report | authors | year |" in p.read_text()]
+    assert defining == [REPO / "docs" / "index.md"]
+    assert _names_table(REPO / "docs" / "index.md") == REPORT_NAMES == _names_table(REPO / "README.md")
+
+
+@pytest.mark.parametrize("page", [REPO / "README.md", *DOCS], ids=lambda p: str(p.relative_to(REPO)))
+def test_each_report_goes_by_its_one_short_name(page):
+    """"the monolingual report", never "monolingual pre-training" or the report's id; "the
+    partial-reinitialization report", never "partial re-init." or "the partial-reinit report" (partial-reinit
+    is a study)."""
+    found = sorted({m[0] for m in OTHER_NAMES.finditer(_prose(page))})
+    assert found == [], f"{page.relative_to(REPO)} names a report {found}: its short name is one of {REPORT_NAMES}"
+
+
+# -- the docs speak of bertology and its use ------------------------------------------------------------------
+
+# How a measurement was organised (the machine lent for it, its calls and what they could carry) is no part of
+# what it measured; `bench/device.sh`'s own time limit is `BUDGET_S`.
+PROCESS = re.compile(r"\blent\b|device tool|\bcalls? [0-9]\b|a call carries|\bthe (?:device )?call\b|"
+                     r"minutes on the machine|\b(?:this|the|each|that) session\b", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("page", [REPO / "README.md", *DOCS], ids=lambda p: str(p.relative_to(REPO)))
+def test_the_docs_say_what_was_measured_not_how_a_machine_was_had(page):
+    found = sorted({m[0] for m in PROCESS.finditer(_prose(page))})
+    assert found == [], f"{page.relative_to(REPO)}: {found}"
+
+
+def test_how_the_docs_are_tested_is_on_the_development_page_only():
+    """A reader of Getting started or Running on Kubernetes reads how to use bertology; how the pages' commands
+    are checked is for its developers (development.md), while the `<!-- test: … -->` markers stay on every
+    block they mark."""
+    for page in DOCS:
+        headings = re.findall(r"^#+ .*tested.*$", page.read_text(), re.MULTILINE | re.IGNORECASE)
+        assert headings == ([] if page.name != "development.md" else ["### How the docs' commands are tested"])
+    kubernetes = (REPO / "docs" / "kubernetes.md").read_text()
+    assert "tests/" not in kubernetes.split("\n## ", 1)[0]  # its opening says what the page is about
+    development = (REPO / "docs" / "development.md").read_text()
+    section = " ".join(development.split("### How the docs' commands are tested\n", 1)[1].split("\n## ", 1)[0].split())
+    for said in ("helm template", "--dry-run=client", "bertology validate", "tests/test_docs.py", "<!-- test:"):
+        assert said in section, said
+    assert marked("cluster") and len(marked("run", COMMAND_PAGES)) >= 4  # the markers the tests read

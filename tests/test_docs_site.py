@@ -1,25 +1,28 @@
-"""The docs site as a reader gets it: built with `mkdocs build --strict` into a temporary folder, served on
-loopback, and opened in headless Chromium (bertology.browser, the same browser as the reports' checks).
+"""The docs site as a reader gets it: built as `make docs` builds it (`mkdocs build --strict`, then
+docs/check_site.py) into a temporary folder, and opened from disk (file://) in headless Chromium
+(bertology.browser, the same browser as the reports' checks), as a reader opens the built folder.
 
 On the home page, a study page and the Kubernetes page (its first block holds the longest command lines):
+every link of the navigation names a page file, and following one shows that page (not a folder's listing);
 the top navigation is one row, code is highlighted and has a copy button, no code block runs past its box
-without scrolling, the page does not scroll sideways, search finds a study offline, the quickstart's tabs
+without scrolling, the page does not scroll sideways, search finds a study from disk, the quickstart's tabs
 switch, and nothing is fetched from another host. A full-page screenshot of each is saved next to the build
-(the test's tmp folder), to look at.
+(the test's tmp folder), to look at. Then the link check itself: it passes the built site and refuses a
+copy with a broken link, image or anchor planted in it.
 """
 
 from __future__ import annotations
 
-import functools
-import http.server
+import hashlib
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
-import threading
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -27,7 +30,7 @@ from bertology import browser as browser_module
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-PAGES = {"home": "", "study": "studies/reversed-layers/", "kubernetes": "kubernetes/"}
+PAGES = {"home": "index.html", "study": "studies/reversed-layers.html", "kubernetes": "kubernetes.html"}
 NAV_TABS = ["Home", "Getting started", "Studies", "Using bertology", "Running on Kubernetes",
             "Performance and measurements", "Development"]
 
@@ -68,6 +71,11 @@ LOOK = """(async (interact) => {
     pageScrollWidth: document.documentElement.scrollWidth,
     code,
     permalinks: document.querySelectorAll('.md-content a.headerlink').length,
+    h1: (document.querySelector('.md-content h1') || {}).textContent,
+    title: document.title,
+    // the navigation: the header's tabs and the sidebars' links, as the browser resolves them
+    nav: [...document.querySelectorAll('a.md-tabs__link, .md-sidebar a.md-nav__link[href]')].map(
+      a => ({label: a.textContent.trim(), href: a.href, tab: a.classList.contains('md-tabs__link')})),
     images: [...document.querySelectorAll('.md-content img')].map(i => ({src: i.getAttribute('src'),
                                                                         width: i.naturalWidth})),
   };
@@ -111,28 +119,15 @@ LOOK = """(async (interact) => {
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """The site, built as `make lint` builds it, served on 127.0.0.1 (Material's search runs in a web
-    worker, which a file:// page may not start)."""
+    """The site, built as `make docs` and `make lint` build it, and its address on disk (file://). Material
+    runs search in a web worker, which a file:// page may not start: the site carries the shim that stands in
+    for one (docs/javascripts/iframe-worker.js) and its index as a script (the offline plugin)."""
     root = tmp_path_factory.mktemp("docs-site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run([str(BIN / "mkdocs"), "build", "--strict", "--quiet", "-d", str(root / "site")],
                           cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300)
     assert done.returncode == 0, done.stderr
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(Quiet, directory=str(root / "site")))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield root, f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    return root, (root / "site").as_uri() + "/"
 
 
 def look(chromium, url: str, screenshot: Path, interact: bool):
@@ -169,7 +164,7 @@ def looked(site, browser):
 
 
 @pytest.mark.parametrize("name", PAGES)
-def test_a_page_loads_cleanly_from_this_host_only(looked, site, name):
+def test_a_page_loads_cleanly_from_disk_only(looked, site, name):
     page, _, base = looked[name]
     # errors only: the helper's check of <svg> sizes does not apply here (Material keeps the icons of hidden
     # controls, such as the other palette's toggle, in the page at 0x0)
@@ -180,6 +175,30 @@ def test_a_page_loads_cleanly_from_this_host_only(looked, site, name):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", png[16:24])
     assert width == 1280 and height >= 900
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_every_navigation_link_opened_from_disk_names_a_page_file(looked, site, name):
+    """A link to a folder (`getting-started/`, as MkDocs makes them by default) opens the folder's listing
+    from disk: every tab and sidebar link must name an HTML file of the site (an anchor on it allowed)."""
+    _, seen, base = looked[name]
+    assert len(seen["nav"]) > 20
+    for link in seen["nav"]:
+        url = link["href"]
+        assert url.startswith(base), link
+        target = Path(unquote(urlsplit(url).path))
+        assert target.suffix == ".html" and target.is_file(), link
+
+
+def test_following_a_tab_from_disk_shows_the_page_not_a_folder_listing(looked, browser, site):
+    """What a reader does first: open index.html from the built folder and choose a tab."""
+    _, seen, _ = looked["home"]
+    (tab,) = [link for link in seen["nav"] if link["tab"] and link["label"] == "Getting started"]
+    page, shown = look(browser, tab["href"], site[0] / "screenshots" / "getting-started.png", False)
+    assert page.ready_state == "complete" and page.errors == [], page.errors
+    assert shown["title"] == "Getting started - bertology", shown["title"]  # a folder's: "Index of /…/"
+    assert shown["h1"].startswith("Getting started")
+    assert [t["label"] for t in shown["tabs"]] == NAV_TABS
 
 
 @pytest.mark.parametrize("name", PAGES)
@@ -219,7 +238,7 @@ def test_the_kubernetes_pages_long_commands_scroll_in_their_box(looked):
 def test_search_finds_a_study_offline(looked):
     _, seen, _ = looked["home"]
     assert seen["search"], "search listed nothing for 'reversed layers'"
-    assert any("studies/reversed-layers/" in href for href in seen["search"]), seen["search"]
+    assert any("studies/reversed-layers.html" in href for href in seen["search"]), seen["search"]
 
 
 def test_the_quickstart_has_tabs_for_one_machine_and_a_cluster_and_the_report_picture(looked):
@@ -247,3 +266,66 @@ def test_the_built_site_loads_nothing_from_another_host(site):
                for url in m if re.match(r"(https?:)?//", url)]
     assert remote == []
     assert "fonts.googleapis" not in (root / "index.html").read_text()
+
+
+def test_the_search_shim_is_the_published_one_unchanged():
+    """docs/javascripts/iframe-worker.js is npm's iframe-worker 1.0.4 `shim/index.js` byte for byte after its
+    licence comment, and it is the polyfill the site lists (else the offline plugin adds unpkg.com's)."""
+    text = (REPO / "docs" / "javascripts" / "iframe-worker.js").read_text()
+    comment, _, shim = text.partition("*/\n")
+    assert "iframe-worker 1.0.4" in comment and "Permission is hereby granted" in comment
+    assert hashlib.sha256(shim.encode()).hexdigest() == \
+        "e8e412dbcfea9b7e31b5ffa288d7b6035915e714c542f4176a0cdbe262fc9609"
+    import yaml
+
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    assert config["extra"]["polyfills"] == ["javascripts/iframe-worker.js"]
+    assert "offline" in config["plugins"] and config["use_directory_urls"] is False
+
+
+# -- the link check over the built HTML (docs/check_site.py, run by make docs and make lint) --------------
+
+CHECK = REPO / "docs" / "check_site.py"
+
+
+def _check(site: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(CHECK), str(site)], capture_output=True, text=True, check=False,
+                          timeout=120)
+
+
+def test_the_link_check_passes_the_built_site(site):
+    done = _check(site[0] / "site")
+    assert done.returncode == 0, done.stdout + done.stderr
+    checked = int(re.search(r"all (\d+) links on (\d+) pages resolve", done.stdout)[1])
+    assert checked > 1000  # the theme's links, every page's, the search index's script, the images
+
+
+# id: (page, the HTML planted before its </article>, what the check says of it)
+PLANTED = {
+    "missing-image": ("reports.html", '<img src="screenshots/no-such.png">', "no such file (screenshots/no-such.png)"),
+    "missing-anchor": ("studies/index.html", '<a href="reversed-layers.html#no-such-heading">x</a>',
+                       "no id 'no-such-heading' on studies/reversed-layers.html"),
+    "missing-anchor-here": ("index.html", '<a href="#not-here">x</a>', "no id 'not-here' on index.html"),
+    "folder": ("index.html", '<a href="studies/">x</a>',
+               "a folder: opened from disk, the browser lists it instead of showing a page"),
+    "from-the-root": ("development.html", '<a href="/index.html">x</a>',
+                      "a path from the site's root, which opened from disk is the file system's root"),
+    "outside": ("store.html", '<link rel="stylesheet" href="../outside.css">', "outside the site"),
+    "srcset": ("kubernetes.html", '<img srcset="screenshots/reversed-layers.png 1x, missing@2x.png 2x">',
+               "no such file (missing@2x.png)"),
+}
+
+
+@pytest.mark.parametrize("planted", PLANTED)
+def test_the_link_check_refuses_a_broken_link_planted_in_a_copy(site, tmp_path, planted):
+    page, planted, said = PLANTED[planted]
+    copy = tmp_path / "site"
+    shutil.copytree(site[0] / "site", copy)
+    html = (copy / page).read_text()
+    assert html.count("</article>") == 1
+    (copy / page).write_text(html.replace("</article>", planted + "</article>"))
+    done = _check(copy)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (line,) = done.stdout.splitlines()  # the planted link only, named by its page, tag and attribute
+    assert line.startswith(f"{page}: <") and line.endswith(f">: {said}"), line
+    assert "1 broken of" in done.stderr
