@@ -34,7 +34,7 @@ def test_weight_distance_per_module_matches_hand_computation(tmp_path):
     save_file(before, tmp_path / "a" / "model.safetensors")
     save_file(after, tmp_path / "b" / "model.safetensors")
     rows = {r["module"]: r for r in weight_distance(tmp_path / "a", tmp_path / "b").to_pylist()}
-    # per sub-layer, and the partial-reinit report's own measure: the output sub-layer's weight matrix
+    # per sub-layer, and the partial-reinitialization report's own measure: the output sub-layer's weight matrix
     assert list(rows) == ["embeddings", "layer.0.attention.self", "layer.1.output", "layer.1.output.dense.weight",
                           "pooler"]
     assert rows["embeddings"]["l2"] == 0.0 and rows["embeddings"]["layer"] == -1

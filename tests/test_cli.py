@@ -215,7 +215,7 @@ def test_studies_fits_the_terminal_and_shows_whole_titles(capsys, monkeypatch, c
     assert probing[1] == ("Probing (partial-reinitialization report, §4.4, §6.2 and Fig. 2; CoLA's in "
                           "Fig. 5 (a))")
     nightly = next(row for row in rows if row[0] == "nightly-regression")
-    assert nightly[1:] == ["Nightly regression (monolingual-pretraining report, Table 1)",
+    assert nightly[1:] == ["Nightly regression (monolingual report, Table 1)",
                            "those of WorkflowTemplate bertology-nightly-regression"]
 
 

@@ -63,7 +63,7 @@ def test_which_cells_keep_their_weights(keep):
 
 @pytest.mark.parametrize("kept", [True, False])
 def test_an_analysis_stored_before_the_output_projection_rows(tmp_path, caplog, kept):
-    """Weight distances without `layer.N.output.dense.weight` (the partial-reinit report's measure) were
+    """Weight distances without `layer.N.output.dense.weight` (the partial-reinitialization report's measure) were
     made by older code: analyze measures them again from kept weights; without weights it publishes them
     as they are (training the run again for one row is not worth it) and says so."""
     import pyarrow.compute as pc

@@ -1,6 +1,6 @@
 """match-moments: re-draw weight matrices, scaled to pre-trained norm or variance.
 
-The monolingual-pretraining report §5.1: "for each pre-trained weight matrix, we note its magnitude (or
+The monolingual report §5.1: "for each pre-trained weight matrix, we note its magnitude (or
 variance), randomly re-initialize its values, and scale it to match pre-trained magnitude (or variance)".
 Each selected tensor is drawn afresh from BERT's truncated normal (mean 0, `std`, cut at ±2 std; every
 element, [PAD]'s row included) and multiplied by one factor so that:

@@ -1,6 +1,6 @@
 """permute-within: shuffle the elements inside each parameter tensor, independently.
 
-The monolingual-pretraining report's "oracle" initialisation (§5.2): "for each weight matrix, we shuffle
+The monolingual report's "oracle" initialisation (§5.2): "for each weight matrix, we shuffle
 its elements", which gives every matrix exactly its pre-trained value distribution (same multiset of
 values, same norm, mean and variance) with all structure destroyed: the "speed of light" for a random
 init. `tensors` takes name globs (see tensor_globs) and defaults to ["*"], every parameter tensor: weights,

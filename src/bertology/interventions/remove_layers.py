@@ -1,6 +1,6 @@
 """remove-layers: drop encoder layers, keeping the rest in order with their weights.
 
-The monolingual-pretraining report's alternative to distillation: "BERT with its last 6 layers removed"
+The monolingual report's alternative to distillation: "BERT with its last 6 layers removed"
 (`last:6`) and "every second of its layers removed" (`every:2`, which keeps layers 0, 2, 4, …). `layers` is
 "last:K" (drop the last K), "every:N" (keep layers 0, N, 2N, …) or an explicit list of the 0-based indices
 to remove. At least one layer must remain. The kept layers move as whole modules (bit for bit), are

@@ -1,6 +1,6 @@
 """shuffle-embeddings: permute word-embedding rows among non-special tokens.
 
-The monolingual-pretraining report's "Shuffle word embeddings" (§4): "All components start with their
+The monolingual report's "Shuffle word embeddings" (§4): "All components start with their
 pre-trained values. The word-piece to embedding alignments (i.e., the word-piece indices into the
 embedding matrix) are shuffled. Special token alignments are preserved, and we only map English tokens to
 English embedding vectors." The model must re-learn which vector is which token.

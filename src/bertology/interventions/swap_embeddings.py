@@ -1,6 +1,6 @@
 """swap-embeddings: replace the tokenizer and word embeddings with a donor model's.
 
-The monolingual-pretraining report's "english" variant: a non-English BERT gets English word-piece
+The monolingual report's "english" variant: a non-English BERT gets English word-piece
 embeddings and tokenizer, so its encoder reads English through another model's vocabulary. `donor` is a
 model reference as `models.parse_model_ref` reads it (hub id, dir:PATH or ./path, package:…, tiny:bert;
 not a store URI: materialise it into a directory first). Validation reads only the donor's config: its

@@ -115,7 +115,7 @@ def head_delta_summary(deltas: pl.DataFrame) -> pl.DataFrame:
 
 
 def level_curves(runs: pl.LazyFrame | pl.DataFrame, levels: pl.DataFrame, axis: str) -> pl.DataFrame:
-    """The primary metric along one level axis, per training-data size: partial-reinit report Figures 1, 2
+    """The primary metric along one level axis, per training-data size: partial-reinitialization report Figures 1, 2
     and 5 (by the number K of layers re-initialised or probed, one curve per data fraction) and the college
     report's Figure 3 (by the layer re-initialisation starts from). Mean, sd and n over seeds per point;
     the variant's other level axes that this one does not fix, if any, are part of the group."""
@@ -193,7 +193,7 @@ def weight_distance_by_size(distances: pl.LazyFrame | pl.DataFrame, per: str = "
     and n over seeds, with the mean distance relative to the starting norm (per module and per output
     projection). `per`: "module" (every row the analysis stored), "layer" (over all of a layer's sub-layer
     modules: the root of their squares' sum) or "output-projection" (each layer's output dense weight matrix
-    alone: the partial-reinit report's Figure 3, bertology.steps.analyze)."""
+    alone: the partial-reinitialization report's Figure 3, bertology.steps.analyze)."""
     distances = distances.lazy()
     keys = _present(distances, FACTORS)
     projection = pl.col("module").str.ends_with(OUTPUT_PROJECTION)

@@ -32,7 +32,7 @@ LABELS = pa.schema([
     ("intermediate", pa.string()),  # the task a sequential run was fine-tuned on first; null otherwise
 ])
 
-# The partial-reinit report's weight-similarity measure (§4.5): the output sub-layer's linear projection
+# The partial-reinitialization report's weight-similarity measure (§4.5): the output sub-layer's linear projection
 OUTPUT_PROJECTION = "output.dense.weight"
 
 TABLES: dict[str, pa.Schema] = {

@@ -3,7 +3,7 @@
 Per module (the embeddings; each encoder layer's sub-layers: attention.self (Q, K, V), attention.output,
 intermediate and output; the pooler): the L2 norm of the weight change over all of the module's tensors,
 and that norm relative to the module's starting norm; a whole layer is the root of its modules' summed
-squares, which the analysis computes. Besides, per layer, the partial-reinit report's own measure (§4.5,
+squares, which the analysis computes. Besides, per layer, the partial-reinitialization report's own measure (§4.5,
 Figure 3): "the euclidean distance between the weight matrices of the linear projections contained in
 the output sub-layer", the output dense layer's weight matrix alone, without its bias or the sub-layer's
 LayerNorm (module `layer.N.output.dense.weight`). Reads the safetensors files directly, so no model is

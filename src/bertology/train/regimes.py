@@ -12,8 +12,8 @@ None is skipped by AdamW entirely (no update, no weight decay), so a frozen tens
 - `gradual-unfreeze`: the cross-lingual report's scheme: in epoch e the top `unfreeze_per_epoch * e`
                       layers train (4 per epoch there); embeddings always frozen; pooler and head always
                       trained.
-- `probe`:            everything frozen but the classifier (the partial-reinit report's probing; drop the
-                      top K layers first with the `remove-layers` intervention).
+- `probe`:            everything frozen but the classifier (the partial-reinitialization report's probing;
+                      drop the top K layers first with the `remove-layers` intervention).
 - `none`:             no training at all: the model as built is evaluated once (the cross-lingual report's
                       native BERTje on the Dutch test set, next to the fine-tuned models).
 

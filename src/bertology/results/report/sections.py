@@ -113,7 +113,7 @@ def level_curves(results, summary, levels):
                                    legend="training data", xticks=ticks, metric="metric", baseline=baseline)
         title = f"Curves by {' · '.join((axis, *aliases))}"
         note = (f"The primary metric by `{axis}`, one curve per training-data size: mean ± sd over seeds "
-                "(partial-reinit report, Figures 1–2; college report, Figure 3)"
+                "(partial-reinitialization report, Figures 1–2; college report, Figure 3)"
                 + (f"; dashed, in each curve's colour: `{results.baseline}`, the unmodified model, on the same "
                    "data." if baseline else "."))
         sections.append(Section(title, note, (("", shown.fill_null("—")),), figures_drawn(figure)))
@@ -311,7 +311,7 @@ def activations(results, summary, levels):
 
 
 def weights(results, summary, levels):
-    """How far fine-tuning moved the weights per layer, by training-data size (partial-reinit report,
+    """How far fine-tuning moved the weights per layer, by training-data size (partial-reinitialization report,
     Figure 3); with one data size there is nothing to compare, so no section."""
     if "weight_distance" not in results.tables:
         return [], {}
@@ -334,7 +334,7 @@ def weights(results, summary, levels):
              .pivot(on="data", on_columns=sizes_seen, index=[*panel_keys, "layer"], values="cell")
              .with_columns(pl.col("layer").replace_strict(names, return_dtype=pl.String)).fill_null("—"))
     without = analysis.runs_without_projection(distances)
-    measured = ("each layer's output dense weight matrix (the partial-reinit report's Figure 3: \"the weight "
+    measured = ("each layer's output dense weight matrix (the partial-reinitialization report's Figure 3: \"the weight "
                 "matrices of the linear projections contained in the output sub-layer\")"
                 + (f"; {without} runs analysed before that measure existed are left out" if without else "")
                 if projection.height else "all of each layer's weights (embeddings, layers 1 to L, pooler; these "
