@@ -1,5 +1,6 @@
-"""GPU speed of fine-tuning, in one command: ours against the HF Trainer, per-run overhead, the effect of
-each optimisation, a GLUE sweep estimate and several runs sharing one GPU. Prints one Markdown report.
+"""GPU speed of fine-tuning, in one command: K runs side by side on CUDA streams (and whether each equals the
+run alone), ours against the HF Trainer, per-run overhead, the effect of each optimisation, a GLUE sweep
+estimate and several runs sharing one GPU. Prints one Markdown report.
 
     python bench/gpu.py                  # on a CUDA machine: BERT-base (BertConfig(), random weights)
     python bench/gpu.py --parts ours,overhead --scale 0.5
@@ -8,12 +9,21 @@ each optimisation, a GLUE sweep estimate and several runs sharing one GPU. Print
 With --out, report.md and figures.json (every figure of the report, and each part's status) are rewritten
 after every measurement, so a call cut off at its limit still returns what was measured; --budget-s stops
 whatever runs at the deadline and skips the rest (bench/gpu_record.py). Parts run in the order of the
-targets they measure (ours, fused, overhead, sweep, concurrency), the diagnostics (optimisations, profile)
-last.
+targets they measure (streams and its check first, then ours, fused, overhead, sweep, concurrency), the
+diagnostics (optimisations, profile) last.
 
 What is measured (on CUDA: BERT-base from `BertConfig()` with random weights, so no hub is needed; bf16
 autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
 
+- streams (bench/gpu_streams.py): the steady-state seq/s, in all and per run, of K = 1, 2, 4, 8 runs trained
+  side by side in one process (bertology.train.side_by_side: each run its own model, AdamW, graphed step,
+  CUDA stream, graph memory pool and generator state, stepped round-robin from one host thread), on fixed
+  32 x 128 batches.
+- streams-check (bench/gpu_streams.py): whether a run side by side equals the same run alone: in fp32 with
+  TF32 and bf16 reduced-precision reductions off, the step-0 loss and gradients and 8 steps' losses and
+  weights of 4 runs side by side against each alone, dropout off and on, beside one run alone twice (the
+  device's floor); in bf16 (dropout off) side by side against alone, and each run's bf16 losses against its
+  fp32 ones.
 - ours vs the Trainer: training sequences/s of `bertology.train.finetune` and of the HF Trainer on the same
   batches (`bench/finetune_throughput.run_trainer`: group_by_length, bf16, SDPA, the same batch size,
   eval batch, lr, warmup, weight decay and seed), one after the other in this process: at a fixed length
@@ -43,12 +53,15 @@ autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
 - runs side by side: the finetune step on a bundle of 4 RTE-sized runs (3 epochs) and of 4 runs of a
   quarter of SST-2 (1 epoch) with `gpu_concurrency` K = 1, 2, 4: aggregate training seq/s (all sequences /
   wall time of the whole bundle, overheads included), its speed-up over K = 1, and at K = 1 the step's
-  non-training share (the per-run overhead of the real step, scoring and analysis included).
+  non-training share (the per-run overhead of the real step, scoring and analysis included). At K > 1 both
+  ways the step can run K at once: side by side in its process (the setting's meaning) and, with
+  BERTOLOGY_GPU_CONCURRENCY=processes, each run in its own process (figures.json: the bundle's
+  "processes").
 - the targets: each target's measured value, next to the target, in the report's last section
   and in figures.json's "targets".
 
-On CPU it runs a reduced version (a tiny BertConfig, a few steps, fp32; side by side, the RTE-sized bundle
-only, of 2 runs, K = 1, 2) and marks what needs CUDA "n/a (no CUDA)"; those figures are CPU figures and
+On CPU it runs a reduced version (a tiny BertConfig, a few steps, fp32; streams and its check at K = 1, 2,
+interleaved, eager; side by side, the RTE-sized bundle only, of 2 runs, K = 1, 2) and marks what needs CUDA "n/a (no CUDA)"; those figures are CPU figures and
 say nothing about a GPU. tests/test_device_kit.py runs it so, through bench/device.sh, in a Python 3.12
 environment holding only the GPU machine's packages and the device kit.
 """
@@ -60,6 +73,7 @@ import dataclasses
 import importlib.metadata
 import logging
 import math
+import os
 import platform
 import shutil
 import sys
@@ -88,6 +102,7 @@ from gpu_record import (  # bench/ is not a package: imported from its folder
     raise_on_sigterm,
     run_child,
 )
+from gpu_streams import part_streams, part_streams_check
 from gpu_targets import FIXED, figure_at, render_targets
 from gpu_workload import (
     DEV_SIZES,
@@ -103,7 +118,9 @@ from gpu_workload import (
 # Peak dense bf16 tensor FLOP/s by device name (vendor datasheets, no sparsity), most specific first.
 PEAK_BF16 = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("GH200", 989e12), ("A100", 312e12))
 NA = "n/a (no CUDA)"
-PARTS = ("ours", "fused", "overhead", "sweep", "concurrency", "optimisations", "profile")  # the order they run in
+CONCURRENCY_ENV = "BERTOLOGY_GPU_CONCURRENCY"  # bertology.steps.finetune's: `processes` runs K processes
+PARTS = ("streams", "streams-check", "ours", "fused", "overhead", "sweep", "concurrency", "optimisations",
+         "profile")  # the order they run in
 VERSIONS = ("torch", "transformers", "tokenizers", "accelerate", "datasets", "numpy", "pyarrow")
 
 
@@ -449,21 +466,24 @@ def part_sweep(b: Bench) -> None:
 
 def part_concurrency(b: Bench, ks: tuple[int, ...]) -> None:
     """The finetune step (`python -m jobs.finetune`, scoring and analysis included) on bundles of runs, K at
-    a time. On CPU a reduced version: the RTE-sized bundle only, of 2 runs (K > 1 still starts processes)."""
+    a time: side by side in its process (the setting's meaning), and at K > 1 also each run in its own
+    process (BERTOLOGY_GPU_CONCURRENCY=processes). On CPU a reduced version: the RTE-sized bundle only, of 2
+    runs."""
     from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Regime, RunSpec, canonical_json
     from bertology.steps.common import checkpoint_key, dataset_key
     from bertology.store import LocalStore
 
     runs = 4 if b.cuda else 2
     b.rec.lines(f"## Runs side by side on one device (the finetune step on a bundle of {runs}, `gpu_concurrency` K)",
-                "", "| bundle | K | wall s | aggregate training seq/s | speed-up over K = 1 | non-training share |",
-                "|---|---|---|---|---|---|")
+                "", ("| bundle | K | how | wall s | aggregate training seq/s | speed-up over K = 1 "
+                     "| non-training share |"),
+                "|---|---|---|---|---|---|---|")
     checkpoint = CheckpointSpec("tiny:bert")  # the key only: the bench's model is stored under it
     sizes = {"RTE-sized, 3 epochs": ("rte", b.n(2_490, 128), b.n(277, 32), 3),
              "SST-2 quarter, 1 epoch": ("sst2", b.n(67_349 // 4, 256), b.n(872, 64), 1)}
     for name, (task, rows, dev, epochs) in sizes.items():
         if not b.cuda and task != "rte":
-            b.rec.lines(f"| {name} | | {NA} | | | |")
+            b.rec.lines(f"| {name} | | | {NA} | | | |")
             continue
         dataset = DatasetSpec(task, "synthetic", "tiny:bert", 128, count=rows)
         regime = Regime(lr=b.hp.lr, batch_size=b.hp.batch_size, epochs=epochs, warmup_ratio=b.hp.warmup_ratio,
@@ -471,7 +491,8 @@ def part_concurrency(b: Bench, ks: tuple[int, ...]) -> None:
         cells = [Cell("bench-gpu", "pre-trained", "tiny:bert", RunSpec(checkpoint, dataset, regime, seed))
                  for seed in range(1, runs + 1)]
         training_s = rows * epochs / b.train_rate(task)  # one run's training at the measured rate
-        for k in ks:
+        ways = [(k, how) for k in ks for how in (("side by side", "processes") if k > 1 else ("one by one",))]
+        for k, how in ways:
             store = LocalStore(b.root / f"conc-{task}-{k}")
             with store.artifact(checkpoint_key(checkpoint.id)) as out:
                 shutil.copytree(b.path, out, dirs_exist_ok=True)
@@ -481,7 +502,12 @@ def part_concurrency(b: Bench, ks: tuple[int, ...]) -> None:
             argv = [sys.executable, "-m", "jobs.finetune", "--store", str(store.root), "--spec",
                     canonical_json(cells), "--param", f"gpu_concurrency={k}"]
             start = time.perf_counter()
-            done = run_child(argv, HERE.parent, b.rec.remaining())
+            if how == "processes":
+                os.environ[CONCURRENCY_ENV] = "processes"  # the child's environment
+            try:
+                done = run_child(argv, HERE.parent, b.rec.remaining())
+            finally:
+                os.environ.pop(CONCURRENCY_ENV, None)
             wall = time.perf_counter() - start
             if done.returncode:
                 raise RuntimeError(f"{name}, K = {k}: the finetune step exited {done.returncode}: "
@@ -492,10 +518,11 @@ def part_concurrency(b: Bench, ks: tuple[int, ...]) -> None:
             # At K = 1 the runs take turns: all but training is the step's per-run overhead (its process start
             # shared by the bundle; loading, evaluation, scoring, weight distances and saving each run's own).
             share = 1 - training_s * len(cells) / wall if k == 1 else None
-            b.rec.put("concurrency", name, str(k), {"task": task, "runs": len(cells), "rows": rows, "epochs": epochs,
-                                                    "wall_s": wall, "seq_s": rate, "speedup": speedup,
-                                                    "run_training_s": training_s, "non_training_share": share})
-            b.rec.lines(f"| {name} ({rows:,} rows each) | {k} | {wall:.1f} | {rate:,.0f} | "
+            where = ("concurrency", name, "processes", str(k)) if how == "processes" else ("concurrency", name, str(k))
+            b.rec.put(*where, {"task": task, "runs": len(cells), "rows": rows, "epochs": epochs, "how": how,
+                               "wall_s": wall, "seq_s": rate, "speedup": speedup,
+                               "run_training_s": training_s, "non_training_share": share})
+            b.rec.lines(f"| {name} ({rows:,} rows each) | {k} | {how} | {wall:.1f} | {rate:,.0f} | "
                         f"{'' if speedup is None else f'{speedup:.2f}x'} | {'' if share is None else f'{share:.1%}'} |")
             shutil.rmtree(store.root, ignore_errors=True)
     b.rec.lines("", ("Non-training share (K = 1): 1 - the runs' training time at the ours part's measured rate / the "
@@ -582,7 +609,8 @@ def main(argv: list[str] | None = None) -> int:
                    f"Peak for MFU: {f'{peak / 1e12:.0f} TFLOP/s bf16 dense' if peak else 'n/a'}."
                    + (f" Time budget: {a.budget_s:g} s." if a.budget_s is not None else "")), "")
         fuse = (1, 2, 4, 8) if b.cuda else (1, 2)
-        run = {"ours": lambda: part_ours(b), "fused": lambda: part_fused(b, fuse), "overhead": lambda: part_overhead(b), "sweep": lambda: part_sweep(b),
+        run = {"streams": lambda: part_streams(b, fuse), "streams-check": lambda: part_streams_check(b),
+               "ours": lambda: part_ours(b), "fused": lambda: part_fused(b, fuse), "overhead": lambda: part_overhead(b), "sweep": lambda: part_sweep(b),
                "concurrency": lambda: part_concurrency(b, ks), "optimisations": lambda: part_optimisations(b),
                "profile": lambda: part_profile(b)}
         for part in PARTS:

@@ -269,6 +269,19 @@ def synthetic_sst2():
     return train, val, BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)})
 
 
+def small_sst2_splits(train, val, tokenizer):
+    """40 training and 32 validation examples of synthetic SST-2 (label-stratified), tokenized to 32: the
+    data of the loop tests that train several tiny runs."""
+    from bertology.data import subset_indices, tokenize_split
+    from bertology.tasks import get_task
+
+    task = get_task("sst2")
+    return (tokenize_split(train.select(subset_indices(train["label"], count=40, seed=0)), task, tokenizer,
+                           max_length=32),
+            {"validation": tokenize_split(val.select(subset_indices(val["label"], count=32, seed=0)), task,
+                                          tokenizer, max_length=32)})
+
+
 ARGO_FIXTURES = Path(__file__).parent / "fixtures" / "argo"
 
 

@@ -164,7 +164,8 @@ def _gpu_py(*args: str, **kwargs) -> subprocess.Popen:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--parts", "ours,speed"], "--parts: unknown part 'speed' (allowed: ours, fused, overhead, sweep, concurrency, optimisations, profile)"),
+    (["--parts", "ours,speed"], ("--parts: unknown part 'speed' (allowed: streams, streams-check, ours, fused, "
+                                 "overhead, sweep, concurrency, optimisations, profile)")),
     (["--budget-s", "-5"], "--budget-s must be a number of seconds >= 0, got -5.0"),
     (["--scale", "0"], "--scale must be a number > 0, got 0.0"),
     (["--concurrency", "1,two"], "--concurrency must be comma-separated integers >= 1, got '1,two'"),
@@ -204,6 +205,23 @@ def test_a_gpu_py_run_killed_mid_way_leaves_every_figure_measured_so_far(tmp_pat
     assert "| fixed length 128 | ours |" in report and "## Targets" in report
     assert {t["target"]: t["measured"] for t in figures["targets"]}[
         "BERT-base training seq/s at fixed length 128"] == fixed["ours"]["seq_s"]
+
+
+def test_the_streams_parts_run_on_cpu_and_find_every_run_side_by_side_equal_to_alone(tmp_path):
+    """gpu.py's first two parts in the CPU dry mode: K = 1, 2 runs interleaved (eager steps), and the check
+    that each run side by side ends exactly as alone, dropout off and on."""
+    proc = _gpu_py("--parts", "streams,streams-check", "--out", str(tmp_path))
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert {p: s["status"] for p, s in figures["parts"].items()} == {"streams": "done", "streams-check": "done"}
+    assert set(figures["streams"]) == {"1", "2"} and all(figures["streams"][k]["seq_s"] > 0 for k in ("1", "2"))
+    check = figures["streams-check"]
+    assert set(check) == {"fp32, dropout off", "fp32, dropout on", "autocast (fp32 on CPU), dropout off", "all_exact"}
+    assert check["all_exact"] is True and check["fp32, dropout on"]["side_by_side_vs_alone"] == {
+        "step0_loss": 0.0, "step0_grads": 0.0, "losses": 0.0, "weights": 0.0}
+    report = (tmp_path / "report.md").read_text()
+    assert "## K runs side by side in one process" in report and "Every run side by side ended exactly as alone" in report
 
 
 def test_the_device_script_refuses_a_missing_out_folder_a_bad_budget_and_an_empty_kit(tmp_path):
@@ -276,7 +294,8 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
     assert "datasets==5.2.0" in (out / "pip-freeze.txt").read_text().split()
     figures = json.loads((out / "figures.json").read_text())
     assert {p: s["status"] for p, s in figures["parts"].items()} == {
-        p: "done" for p in ("ours", "fused", "overhead", "sweep", "concurrency", "optimisations", "profile")}
+        p: "done" for p in ("streams", "streams-check", "ours", "fused", "overhead", "sweep", "concurrency",
+                            "optimisations", "profile")}
     meta = figures["meta"]
     assert (meta["cuda"], meta["python"][:4], meta["versions"]["torch"], meta["versions"]["transformers"],
             meta["versions"]["datasets"]) == (False, "3.12", "2.11.0", "5.17.0", "5.2.0")
@@ -285,7 +304,9 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
     assert set(figures["overhead"]) == {"RTE-sized", "SST-2-sized"}
     assert set(figures["sweep"]["tasks"]) == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"}
     assert figures["sweep"]["train_sequences"] == 2_849_199 and figures["sweep"]["with_measured_overheads"]
-    assert set(figures["concurrency"]["RTE-sized, 3 epochs"]) == {"1", "2"}
+    assert set(figures["concurrency"]["RTE-sized, 3 epochs"]) == {"1", "2", "processes"}
+    assert set(figures["concurrency"]["RTE-sized, 3 epochs"]["processes"]) == {"2"}
+    assert set(figures["streams"]) == {"1", "2"} and figures["streams-check"]["all_exact"] is True
     assert {name: set(rows) for name, rows in figures["fused"].items() if name != "best_seq_s"} == {
         "one run, eager": {"1"}, "fused, eager": {"1", "2"}}  # vmap over the machine's transformers works
     assert all("seq_s" in row for rows in figures["fused"].values() if isinstance(rows, dict) for row in rows.values())
@@ -298,5 +319,5 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
                                        "loop-sst2-multiple-8", "loop-rte-exact-no-cudnn-attention", "compile",
                                        "compile-reduce-overhead"}
     assert figures["profile"]["loop-sst2-exact"]["seq_s"] > 0 and figures["profile"]["compile"] is None  # CUDA only
-    assert report.count("\n## ") == 8 and "| fixed length 128 | Trainer |" in report
+    assert report.count("\n## ") == 10 and "| fixed length 128 | Trainer |" in report
     print(f"bench/device.sh on CPU: {seconds:.0f} s")

@@ -8,11 +8,10 @@ import functools
 
 import pytest
 import torch
-from conftest import Killed, MemorySink, ReplayByCalling, synthetic_sst2
+from conftest import Killed, MemorySink, ReplayByCalling, small_sst2_splits, synthetic_sst2
 from safetensors.torch import load_file
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
-from bertology.data import subset_indices, tokenize_split
 from bertology.errors import BadInput
 from bertology.tasks import get_task
 from bertology.train import Hyper, engine, finetune, loop
@@ -40,11 +39,7 @@ def runs(tmp_path_factory):
             BertForSequenceClassification(config).save_pretrained(path)
             tokenizer.save_pretrained(path)
             dirs[dropout].append(path)
-    train = tokenize_split(train_ds.select(subset_indices(train_ds["label"], count=40, seed=0)), TASK, tokenizer,
-                           max_length=32)
-    val = tokenize_split(val_ds.select(subset_indices(val_ds["label"], count=32, seed=0)), TASK, tokenizer,
-                         max_length=32)
-    return dirs, train, {"validation": val}
+    return (dirs, *small_sst2_splits(train_ds, val_ds, tokenizer))
 
 
 def quiet(*_):

@@ -1,6 +1,7 @@
 """GPU speed work that must not change results, checked on CPU: bucketed batch widths (padding is masked
-out) and `gpu_concurrency` (a bundle's cells run K at a time as separate processes, each result exactly
-the one the cells give run one by one)."""
+out) and `gpu_concurrency` (a bundle's cells trained K at a time side by side in the step's process, or with
+BERTOLOGY_GPU_CONCURRENCY=processes as separate processes, each result exactly the one the cells give run
+one by one)."""
 
 from __future__ import annotations
 
@@ -151,9 +152,9 @@ def base_store(tmp_path_factory):
     return store.root
 
 
-def bundle_in_a_process(store: Path, *extra: str) -> str:
+def bundle_in_a_process(store: Path, *extra: str, **environ: str) -> str:
     """The finetune job on the bundle as a real process (its children are processes too), one thread."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **environ)
     argv = [sys.executable, "-m", "jobs.finetune", "--store", str(store), "--spec", canonical_json(CELLS), *extra]
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -190,16 +191,62 @@ def rows(store: Path) -> dict[str, object]:
     return out
 
 
-def test_a_bundle_run_two_at_a_time_gives_exactly_the_results_of_one_at_a_time(base_store, tmp_path, capsys):
-    one_by_one, side_by_side = tmp_path / "k1", tmp_path / "k2"
-    shutil.copytree(base_store, one_by_one)
+@pytest.fixture(scope="module")
+def one_by_one(base_store, tmp_path_factory):
+    """The bundle trained one run at a time (the finetune step in this process), and its rows."""
+    import torch
+
+    store = tmp_path_factory.mktemp("one-by-one") / "store"
+    shutil.copytree(base_store, store)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main("finetune", finetune.run, ["--store", str(store), "--spec", canonical_json(CELLS)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return rows(store)
+
+
+def test_a_bundle_trained_two_at_a_time_side_by_side_gives_exactly_the_results_of_one_at_a_time(
+        base_store, one_by_one, tmp_path, capsys):
+    """In the step's own process (on a GPU: each run on its own CUDA stream): the shared intermediate run
+    first (alone in its wave), then the three cells two at a time, every row and weight as one at a time."""
+    store = tmp_path / "k2"
+    shutil.copytree(base_store, store)
+    out = bundle_here(store, capsys, "--param", "gpu_concurrency=2")
+    assert "gpu_concurrency 2: first the intermediate runs, 1 runs, up to 1 side by side in this process" in out
+    assert "gpu_concurrency 2: fine-tuning 3 runs, up to 2 side by side in this process" in out
+    assert f"side by side (interleaved on CPU): run {CELLS[1].run.id} started, 2 at once" in out
+    assert "started in process" not in out
+    got = rows(store)
+    assert got.keys() == one_by_one.keys() and len([k for k in got if k.endswith("/weights")]) == 4
+    for key in one_by_one:
+        assert got[key] == one_by_one[key], key
+    again = bundle_here(store, capsys, "--param", "gpu_concurrency=2")
+    assert again.count("finetune cached") == 3 and "side by side" not in again
+
+
+def test_gpu_concurrency_refuses_compiled_runs_in_one_line():
+    with pytest.raises(BadInput) as info:
+        StudySpec.from_params("s", {"preset": "tiny", "gpu_concurrency": "2", "compile": "true"})
+    assert str(info.value) == ("parameter 'gpu_concurrency' is 2, but the study has compile true: compiled runs are not "
+                               "trained side by side (allowed with it: gpu_concurrency=1, or compile false)")
+    variants = '[{"name": "c", "interventions": [], "regime": {"compile": true}}]'
+    with pytest.raises(BadInput, match="but variant 'c' has compile true"):
+        StudySpec.from_params("s", {"preset": "tiny", "gpu_concurrency": "2", "variants": variants})
+    StudySpec.from_params("s", {"preset": "tiny", "gpu_concurrency": "1", "compile": "true"})
+
+
+def test_a_bundle_run_two_at_a_time_in_processes_gives_exactly_the_results_of_one_at_a_time(
+        base_store, one_by_one, tmp_path, capsys):
+    """BERTOLOGY_GPU_CONCURRENCY=processes: each run in its own process sharing the device."""
+    side_by_side = tmp_path / "k2"
     shutil.copytree(base_store, side_by_side)
-    bundle_here(one_by_one, capsys)
-    out = bundle_in_a_process(side_by_side, "--param", "gpu_concurrency=2")
+    out = bundle_in_a_process(side_by_side, "--param", "gpu_concurrency=2", BERTOLOGY_GPU_CONCURRENCY="processes")
     assert "gpu_concurrency 2: first the intermediate runs, 1 runs side by side" in out
     assert "gpu_concurrency 2: fine-tuning 3 runs side by side" in out
     assert out.count(f"run {INTERMEDIATE.id}: started in process") == 1
-    expected, got = rows(one_by_one), rows(side_by_side)
+    expected, got = one_by_one, rows(side_by_side)
     assert len([k for k in expected if k.endswith("/weights")]) == 4  # three cells and the intermediate run
     assert any(k.startswith("results/curves/") for k in expected)
     assert got.keys() == expected.keys()

@@ -12,15 +12,22 @@ deleted once the run is published.
 `--spec` is one cell or a JSON list of cells (a bundle), run in order in one process so that start-up and
 imports are paid once, and a run of the same architecture as the one before trains on its model, optimizer
 and CUDA graphs (bertology.train.engine); each cell is still its own idempotent, published artifact. With the study's
-`gpu_concurrency` K > 1 (or `--param gpu_concurrency=K`), a bundle's cells run K at a time instead, each
-in its own process sharing the GPU (bertology.steps.shared_gpu).
+`gpu_concurrency` K > 1 (or `--param gpu_concurrency=K`), a bundle's cells train up to K at once side by
+side in this process instead, each on its own CUDA stream on a GPU (bertology.train.side_by_side), each
+ending as it ends alone and published as it ends; intermediate runs are trained first, the same way. With
+BERTOLOGY_GPU_CONCURRENCY=processes in the environment they run K at a time each in its own process
+sharing the GPU, as the setting ran before (bertology.steps.shared_gpu), until a GPU has measured which is
+faster (bench/gpu.py's concurrency part).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +46,9 @@ from bertology.steps.inputs import checkpoint_dir, dataset_dir
 from bertology.store import Store
 
 log = logging.getLogger("bertology")
+# `processes`: gpu_concurrency's K runs each in its own process sharing the GPU (bertology.steps.shared_gpu),
+# as the setting ran before runs trained side by side in one process; kept until a GPU has measured both.
+CONCURRENCY_ENV = "BERTOLOGY_GPU_CONCURRENCY"
 
 
 def curves_table(curves: list[dict], losses: list[dict] = ()) -> pa.Table:
@@ -105,9 +115,18 @@ def train_runs(store: Store, cells: list[Cell]) -> None:
     """Fine-tune the cells' runs and publish each one's artifact: one run, or fused runs of one architecture,
     dataset, regime and seed trained as one model (bertology.train.fused), with one resume state, under the
     first run's `finetune-state/`."""
+    from bertology.train.loop import run_to_end
+
+    run_to_end(_training(store, cells))
+
+
+def _training(store: Store, cells: list[Cell], lane=None):
+    """`train_runs` as a generator that yields after every training step (bertology.train.loop.training);
+    with a `lane`, one run trained side by side with others (bertology.train.side_by_side), its log lines
+    named by its run id."""
     from bertology import tasks
     from bertology.train import Hyper, head_for
-    from bertology.train.loop import finetune_runs
+    from bertology.train.loop import training
     from bertology.train.regimes import Schedule
     from bertology.train.state import StoreSlots
 
@@ -136,7 +155,8 @@ def train_runs(store: Store, cells: list[Cell]) -> None:
         monitor = ActivationDistance(local_model_ref(r.reference), json.loads((data_dir / "probe.json").read_text()),
                                      tokenizer=models.load_tokenizer(start), max_length=run.dataset.max_length)
         monitor.check(models.load_config(start))
-    state = StoreSlots(store, run_key(run.id, "finetune-state"), log=log.info)
+    say = log.info if lane is None else (lambda line: log.info("run %s: %s", run.id, line))
+    state = StoreSlots(store, run_key(run.id, "finetune-state"), log=say)
     for cell in cells:
         log.info("run %s: %s %s on %s, seed %d (%d training rows)%s", cell.run.id, cell.variant, cell.model,
                  task.name, cell.run.seed, train_table.num_rows, ", fused" if fused else "")
@@ -147,12 +167,12 @@ def train_runs(store: Store, cells: list[Cell]) -> None:
         outs = [stack.enter_context(store.artifact(run_key(cell.run.id, "finetune"),
                                                    {"spec": cell.run.to_dict(), "weights": cell.keep_weights}))
                 for cell in cells]
-        results = finetune_runs(start_dirs, task, train_table, evals, hp, run.seed, [out / "model" for out in outs],
-                                log=log.info, state=state, monitor=monitor,
-                                new_head=run.after is not None and run.final_head == "new",
-                                carry_head=run.final_head == "carried",  # only a sequential run carries a head
-                                tracks=[tracker and tracker.update for tracker in trackers], fused=fused,
-                                names=[cell.run.id for cell in cells])
+        results = yield from training(
+            start_dirs, task, train_table, evals, hp, run.seed, [out / "model" for out in outs], log=say,
+            state=state, monitor=monitor, new_head=run.after is not None and run.final_head == "new",
+            carry_head=run.final_head == "carried",  # only a sequential run carries a head
+            tracks=[tracker and tracker.update for tracker in trackers], fused=fused,
+            names=[cell.run.id for cell in cells], lane=lane)
         for cell, tracker, out, result in zip(cells, trackers, outs, results):
             if tracker is not None:  # a run without steps (regime none) has only its evaluation point
                 tracker.update(result.losses, result.curves)
@@ -252,6 +272,43 @@ def fused_groups(store: Store, cells: list[Cell], k: int) -> list[list[Cell]]:
     return [group[i:i + k] for group in groups.values() for i in range(0, len(group), k)]
 
 
+def train_side_by_side(store: Store, cells: list[Cell], k: int) -> None:
+    """Fine-tune the cells' runs in this process, up to `k` at once side by side (bertology.train.side_by_side:
+    on a GPU each run on its own CUDA stream), each published as it ends, as `train_run` publishes it. A
+    failed run fails the step once the others have ended (and no waiting run starts after it)."""
+    from bertology.train.device import pick_device
+    from bertology.train.side_by_side import lanes_for, raise_failure, side_by_side
+
+    starts = [functools.partial(_training, store, [cell]) for cell in cells]  # each called with its lane
+    outcomes = side_by_side(starts, lanes_for(pick_device(None)), [cell.run.id for cell in cells], at_once=k,
+                            log=log.info)
+    raise_failure(outcomes)
+
+
+def run_side_by_side(store: Store, cells: list[Cell], k: int) -> None:
+    """The study's gpu_concurrency K > 1: a bundle's unfinished runs trained K at a time side by side in this
+    process; first, in waves, the unfinished intermediate runs its sequential runs start from (each trained
+    once, keeping its weights), deepest first. Compiled runs (whose model has CUDA graphs of its own) train
+    one at a time. Then every cell publishes its tables, as a cached run does."""
+    from bertology.steps import shared_gpu
+
+    waves = shared_gpu.waves(cells)
+    for i, wave in enumerate(waves):
+        last = i == len(waves) - 1
+        todo = [cell if last else dataclasses.replace(cell, keep_weights=True) for cell in wave]
+        todo = [cell for cell in todo if not finished(store, cell)]
+        for cell in [c for c in todo if c.run.regime.compile]:
+            log.info("run %s: compiled, so trained alone, not side by side", cell.run.id)
+            train_run(store, cell)
+        todo = [cell for cell in todo if not cell.run.regime.compile]
+        if todo:
+            log.info("gpu_concurrency %d: %s %d runs, up to %d side by side in this process", k,
+                     "fine-tuning" if last else "first the intermediate runs,", len(todo), min(k, len(todo)))
+            train_side_by_side(store, todo, k)
+    for cell in cells:  # each finished now: publishes its tables (`finetune` as for any cached run)
+        finetune(store, cell)
+
+
 def run(store: Store, args) -> None:
     from bertology.steps import shared_gpu
 
@@ -265,8 +322,11 @@ def run(store: Store, args) -> None:
                 finetune(store, cell)
         return
     k = shared_gpu.concurrency(store, args)
-    if k > 1 and len(cells) > 1:  # the study's gpu_concurrency: K cells at once, each its own process
-        shared_gpu.run_cells(store, cells, k, finetune)
+    if k > 1 and len(cells) > 1:  # the study's gpu_concurrency: K runs at once on the pod's GPU
+        if os.environ.get(CONCURRENCY_ENV, "").strip() == "processes":  # each its own process
+            shared_gpu.run_cells(store, cells, k, finetune)
+        else:  # side by side in this process (on a GPU: each on its own CUDA stream)
+            run_side_by_side(store, cells, k)
         return
     for cell in cells:
         finetune(store, cell)

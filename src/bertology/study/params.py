@@ -134,7 +134,7 @@ DESCRIPTIONS: dict[str, str] = {
     "cuda_graph": "on a GPU, replay each training step as CUDA graphs (false: eager steps)",
     "bundle": "runs per GPU pod (fine-tune, evaluate, analyze in turn); empty: the fewest that keep the "
               "Workflow inside Argo's limits",
-    "gpu_concurrency": "runs of a pod fine-tuned at once, each its own process sharing the GPU",
+    "gpu_concurrency": "runs of a pod fine-tuned at once, side by side in its process (a CUDA stream each on a GPU)",
     "fuse": "runs of a pod trained as one model, up to K at once (1: each run alone)",
     "log_every": "training steps per point of the training-loss curve; 0: none",
     "tracker": "experiment tracking of each fine-tune: wandb | mlflow | tensorboard; empty: none",

@@ -12,7 +12,9 @@ not). A run with another key frees it and builds its own. A reused engine is as 
 are the new run's (copied in place), AdamW's moments and step counts are zeroed in place, which is exactly
 the state AdamW creates for a tensor it has never stepped, and the loss sums are zeroed. Resuming copies
 the saved optimizer state into the kept tensors for the same reason (`load_optimizer_state`). On CPU the
-same path runs eagerly, so the tests pin it bit for bit.
+same path runs eagerly, so the tests pin it bit for bit. Runs trained side by side
+(bertology.train.side_by_side) each take an engine of their own, never kept, whose graphs go to their own
+memory pool.
 """
 
 from __future__ import annotations
@@ -51,9 +53,11 @@ def engine_key(model: torch.nn.Module, *, weight_decay: float, max_grad_norm: fl
 
 
 def take(model: torch.nn.Module, *, lr: float, weight_decay: float, max_grad_norm: float, device: torch.device,
-         graphed: bool, reuse: bool, log: Callable[[str], None]) -> Engine:
+         graphed: bool, reuse: bool, log: Callable[[str], None], pool=None) -> Engine:
     """An engine holding `model`'s weights (a freshly loaded model, on any device): the kept one when it fits
-    and `reuse` allows, else a new one (which is kept when `reuse`)."""
+    and `reuse` allows, else a new one (which is kept when `reuse`). `pool`: the graph memory pool a new
+    engine's CUDA graphs are captured into (a run side by side with others has its own; default: one the
+    first capture makes)."""
     key = engine_key(model, weight_decay=weight_decay, max_grad_norm=max_grad_norm, device=device, graphed=graphed)
     engine = _kept[0] if _kept and reuse and _kept[0].key == key else None
     _kept.clear()  # a new engine frees the old one's device memory before it allocates its own
@@ -69,7 +73,7 @@ def take(model: torch.nn.Module, *, lr: float, weight_decay: float, max_grad_nor
         model = model.to(device)
         optimizer = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, fused=True)  # one kernel a step on CUDA
         step = TrainStep(model, optimizer, max_grad_norm=max_grad_norm, device=device)
-        engine = Engine(key, model, optimizer, GraphedStep(step, log=log) if graphed else step)
+        engine = Engine(key, model, optimizer, GraphedStep(step, log=log, pool=pool) if graphed else step)
     for group in engine.optimizer.param_groups:  # this run's rate: the schedule starts from it
         group["initial_lr"] = lr
         if isinstance(group["lr"], torch.Tensor):

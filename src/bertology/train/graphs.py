@@ -19,9 +19,17 @@ How (the pattern of PyTorch's "whole-network capture", CUDA semantics notes):
   it is: a 2-D mask makes it test on the host whether the batch has padding (`masking_utils`, a sync that
   capture forbids, transformers#36123);
 - autocast runs without its weight cache (a cached cast would be captured once and never refreshed);
-- all graphs share one memory pool: nothing a replay allocates outlives it (gradients and activations are
-  used and freed within the step; weights, optimizer state, sums and inputs live outside the pool), so
-  graphs may replay in any order.
+- all graphs of one step share one memory pool: nothing a replay allocates outlives it (gradients and
+  activations are used and freed within the step; weights, optimizer state, sums and inputs live outside
+  the pool), so graphs may replay in any order. The pool is the step's own (`pool`, or the one its first
+  capture makes): runs replaying at once on several streams (bertology.train.side_by_side) never share
+  one;
+- dropout inside a graph draws from the state the device's default generator points at when capture
+  begins (PyTorch registers it with the graph; each replay advances it): a run side by side with others
+  points the generator at its own state before it captures and replays (bertology.train.side_by_side);
+- a step whose work goes to a stream of its own (a run side by side with others) is captured on that
+  stream, not on PyTorch's shared capture stream: cuBLAS keeps a workspace per stream, which a graph
+  keeps, so runs replaying at once never share one.
 
 Nothing here runs on CPU: the loop uses `TrainStep` there. `Backend` is the seam a CPU test drives with a
 stand-in that replays by calling the captured function again.
@@ -55,7 +63,12 @@ class CudaBackend:
 
     def capture(self, fn: Callable[[], None], pool) -> tuple[Callable[[], None], object]:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        current = torch.cuda.current_stream()
+        # On a stream of its own (a run side by side with others), capture there: cuBLAS keeps a workspace
+        # per stream and a graph keeps the one of the stream it was captured on, so graphs captured on
+        # PyTorch's one shared capture stream would share it, and race on it when replayed at once.
+        own = None if current == torch.cuda.default_stream(current.device) else current
+        with torch.cuda.graph(graph, pool=pool, stream=own):
             fn()
         return graph.replay, graph.pool()
 
@@ -108,12 +121,14 @@ def create_optimizer_state(optimizer: torch.optim.Optimizer, params: list[torch.
 class GraphedStep:
     """`TrainStep` replayed from CUDA graphs (see the module docstring); the same `sums`, `total`, `reset`."""
 
-    def __init__(self, step: TrainStep, backend=None, log: Callable[[str], None] = print):
-        """`step`: one run's, or K fused runs' (bertology.train.fused), eager step."""
+    def __init__(self, step: TrainStep, backend=None, log: Callable[[str], None] = print, pool=None):
+        """`step`: one run's, or K fused runs' (bertology.train.fused), eager step. `pool`: the memory pool
+        its graphs are captured into (`torch.cuda.graph_pool_handle()`); None: the one its first capture
+        makes, private to this step all the same."""
         self.step, self.backend, self.log = step, backend or CudaBackend(), log
         self.sums, self.total, self.reset = step.sums, step.total, step.reset
         self.graphs: dict[tuple, _Graph] = {}
-        self.pool = None
+        self.pool = pool
         self.kind = "cuda-graph"
         self.capture_seconds = 0.0  # warm-ups and captures, synchronised: each new shape's one-time cost
         use_device_lr(step.optimizer, step.device)

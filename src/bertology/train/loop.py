@@ -27,6 +27,10 @@ batch widths in buckets of 32), eagerly elsewhere. The loop never waits for the 
 loss is summed on the device and read only at logging points, so the host queues the next batch while the
 GPU works.
 
+The loop can be stepped: `training` is a generator that yields after every training step and returns the
+results; `finetune_runs` steps it to its end, and bertology.train.side_by_side steps K runs in turn from
+one host thread, each on its own CUDA stream, each ending as it ends trained alone.
+
 Training loss: every `log_every` steps the loss averaged over those steps (and the learning rate) is
 recorded as one point of a per-iteration series (the college report's Figures 1 and 4, loss against
 iterations); it costs one host sync per point. Like `checkpoint_every` it changes what is recorded, not
@@ -43,9 +47,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import torch
@@ -70,6 +75,7 @@ from bertology.train.step import (
 
 # What a monitor returns at each evaluation point: rows that the loop stamps with epoch and step.
 Monitor = Callable[[torch.nn.Module], list[dict]]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,31 @@ def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp
     `model_dirs` is trained, evaluated and saved to its `out_dirs` entry as `finetune` does, with one
     resume `state` for them all. `names` (the runs' ids) name the runs in the log and in the resume
     state's identity. Fused runs take no `monitor` and no `compile`."""
+    return run_to_end(training(model_dirs, task, train, evals, hp, seed, out_dirs, device=device, log=log,
+                               state=state, new_head=new_head, carry_head=carry_head, monitor=monitor,
+                               tracks=tracks, fused=fused, names=names))
+
+
+def run_to_end(steps: Generator[None, None, T]) -> T:
+    """What a generator such as `training` returns, once it has been stepped to its end."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyper, seed: int, out_dirs: list, *,
+             device: str | torch.device | None = None, log: Callable[[str], None] = print,
+             state: StateSink | None = None, new_head: bool = False, carry_head: bool = False,
+             monitor: Monitor | None = None, tracks: list | None = None, fused: bool = False,
+             names: list[str] | None = None, lane=None) -> Generator[None, None, list[FinetuneResult]]:
+    """`finetune_runs` as a run that can be stepped: a generator that yields after every training step (the
+    step with what follows it: its console line, loss-series point, evaluation point, resume state and
+    trackers, when it has them) and returns the results. Nothing runs before the first `next`.
+    `finetune_runs` steps it to its end; bertology.train.side_by_side steps several in turn, each in its own
+    `lane` (a bertology.train.side_by_side.Lane): such a run trains on an engine of its own, never kept for
+    another run, whose CUDA graphs go to the lane's memory pool."""
     started = time.perf_counter()
     device = pick_device(device)
     k = len(model_dirs)
@@ -200,6 +231,8 @@ def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp
                        f"(got {k} models, {len(out_dirs)} folders, {len(names)} names)")
     if fused and (monitor is not None or hp.compile):
         raise BadInput("fused runs take no activation monitor (reference) and no compile")
+    if lane is not None and (fused or hp.compile):
+        raise BadInput("runs side by side are neither fused nor compiled (allowed: fused or compiled runs one at a time)")
     graphed = use_graphs(device, cuda_graph=hp.cuda_graph, compiled=hp.compile)
     tokenizer = AutoTokenizer.from_pretrained(model_dirs[0])
     head = head_for(task, tokenizer)
@@ -220,7 +253,8 @@ def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp
         log(f"fused: {k} run{'s' if k > 1 else ''} trained as one model ({', '.join(names)})")
     else:  # the model, AdamW and the step: the previous run's in this process when they fit (graphs too)
         engine = take(loaded[0], lr=hp.lr, weight_decay=hp.weight_decay, max_grad_norm=hp.max_grad_norm,
-                      device=device, graphed=graphed, reuse=not hp.compile, log=log)
+                      device=device, graphed=graphed, reuse=not hp.compile and lane is None, log=log,
+                      pool=None if lane is None else lane.pool)
         model, optimizer, train_step = engine.model, engine.optimizer, engine.step
     del loaded
     runs = _Runs(model, train_step.step if fused and graphed else train_step, fused, k)
@@ -364,6 +398,7 @@ def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp
             for run, track in enumerate(tracks):
                 if track is not None:
                     track(losses[run], curves[run])
+            yield  # a step is done: a scheduler may step another run now (bertology.train.side_by_side)
 
     results = []
     for run in range(k):
