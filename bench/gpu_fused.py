@@ -83,6 +83,33 @@ def graphs_agree(b: Bench, head, vocab: int) -> None:
                 *(f"| {name} | {value:.2e} |" for name, value in agreement.items() if name != "first loss"), "")
 
 
+def dtypes_agree(b: Bench, head, vocab: int) -> None:
+    """On CUDA: the dtypes of one eager step of one run and of K = 2 fused runs under bf16 autocast
+    (bench/dispatch_count.py's Dtypes): how many linear outputs, matrix products and operators inside
+    linear layers came out fp32, and how many of what autocast runs in fp32 (LayerNorm, softmax, the loss)
+    did not. Under vmap autocast sees neither `F.linear` nor the loss; bertology.train.fused makes its
+    casts, so every count is 0, as for one run (tested on CPU, whose autocast sits where CUDA's does)."""
+    from dispatch_count import Dtypes, counted
+
+    from bertology.train.device import to_device
+
+    batch = to_device(random_batch(np.random.default_rng(2), vocab, 32, 128), b.device)
+    found = {}
+    for kind, k in (("one run", 1), ("fused", 2)):
+        step, _ = training_step(b, head, k, fused=kind == "fused", graphed=False, lr=1e-4, weight_decay=0.01,
+                                warmup=2, total=100)
+        count = counted(step, Dtypes(step.model), batch, b.hp)
+        found[kind] = {**count.fp32(), "not fp32 where autocast runs fp32": count.not_fp32(),
+                       "linear outputs by dtype": dict(count.linear_outputs)}
+        del step, count
+        torch.cuda.empty_cache()
+    b.rec.put("fused", "dtypes", found)
+    b.rec.lines("| dtypes of one step (bf16 autocast) | fp32 linear outputs | fp32 matrix products | fp32 operators "
+                "in linear layers | not fp32 where autocast runs fp32 |", "|---|---|---|---|---|",
+                *(f"| {kind} | {f['linear outputs']} | {f['matrix products']} | {f['operators in linear layers']} | "
+                  f"{f['not fp32 where autocast runs fp32']} |" for kind, f in found.items()), "")
+
+
 def part_fused(b: Bench, ks: tuple[int, ...]) -> None:
     """Steady-state training seq/s of one step over K stacked runs (bertology.train.fused), eager and as CUDA
     graphs, against one run's step, all on the same fixed 32 x 128 batches: the whole step with its
@@ -102,6 +129,7 @@ def part_fused(b: Bench, ks: tuple[int, ...]) -> None:
     b.rec.lines("## K runs fused into one model (steady state, fixed 32 x 128 batches)", "")
     if b.cuda:
         graphs_agree(b, head, vocab)
+        dtypes_agree(b, head, vocab)
     b.rec.lines("| step | runs K | seq/s in all | seq/s per run | ms per step | MFU | capture s |", "|---|---|---|---|---|---|---|")
     configs = [("one run", 1)] + [("fused", k) for k in ks]
     for kind, k in configs:

@@ -236,3 +236,95 @@ def test_the_fused_step_replays_as_cuda_graphs_do(data):
     for i in range(3):
         assert max(float((graphed.step.unstacked(i)[k] - v).abs().max()) for k, v in eager.unstacked(i).items()) < 1e-5
     assert backend.captured == len({b["input_ids"].shape for b in batches}) and backend.replays == STEPS
+
+
+def bench():
+    """bench/dispatch_count.py (bench/ is not a package: imported from its folder)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import dispatch_count
+
+    return dispatch_count
+
+
+def test_under_bf16_autocast_a_fused_step_has_one_runs_dtypes(data):
+    """Under vmap, autocast never sees `F.linear` (vmap makes it a bmm plus a bias add) nor the loss: with
+    vmap's dtypes every linear output of a fused step is fp32 (a bf16 product plus an fp32 bias), where one
+    run's are bf16. With fused.py's casts, no linear output, matrix product or operator inside a linear
+    layer is fp32, and what autocast runs in fp32 (LayerNorm, softmax, the loss) is fp32, as for one run.
+    CPU autocast sits where CUDA's does, so these are the dtypes a GPU step has."""
+    dc = bench()
+    vocab_size, batches, _ = data
+    found = {}
+    with dc.bf16_autocast():
+        for name, make in [("one run", lambda: dc.solo_step(tiny_models(vocab_size, [0])[0], HP)),
+                           ("vmap's dtypes", lambda: dc.vmap_dtypes(fused_step(tiny_models(vocab_size, [0, 1])))),
+                           ("fused", lambda: fused_step(tiny_models(vocab_size, [0, 1])))]:
+            step = make()
+            found[name] = dc.counted(step, dc.Dtypes(step.model), batches[0], HP)
+    layers = sum(found["one run"].linear_outputs.values())
+    assert layers == 2 * 6 + 2  # per layer: query, key, value, attention output, intermediate, output; pooler, classifier
+    assert found["one run"].linear_outputs == {"bfloat16": layers}
+    assert found["vmap's dtypes"].linear_outputs == {"float32": layers}  # the leak the casts undo
+    fused = found["fused"]
+    assert fused.linear_outputs == {"bfloat16": layers}
+    assert fused.fp32() == {"linear outputs": 0, "matrix products": 0, "operators in linear layers": 0}
+    assert {op for op, _ in fused.in_linear} >= {"bmm", "add"} and sum(fused.products.values()) > 0
+    assert fused.not_fp32() == 0 and fused.losses == {"float32": 1}
+    assert {op for op, _ in fused.in_fp32} >= {"native_layer_norm", "_log_softmax"}
+
+
+def test_under_bf16_autocast_fused_runs_follow_one_runs_bf16(data):
+    """K runs fused under bf16 autocast against each run alone under bf16 autocast: their losses stay within
+    a tenth of what bf16 itself changes (one run in bf16 against fp32). Measured on CPU: 3.8e-4 against
+    8.1e-3 (with vmap's dtypes, 6.8e-4)."""
+    from transformers import get_linear_schedule_with_warmup
+
+    dc = bench()
+    vocab_size, batches, _ = data
+    models = tiny_models(vocab_size, [0, 1, 2])
+    with dc.bf16_autocast():
+        _, losses = fused([copy.deepcopy(m) for m in models], batches)
+        alone = []
+        for model in copy.deepcopy(models):
+            step = dc.solo_step(model, HP)
+            scheduler = get_linear_schedule_with_warmup(step.optimizer, int(HP.warmup_ratio * STEPS), STEPS)
+            per_step = []
+            for batch in batches:
+                step.run(batch)
+                scheduler.step()
+                per_step.append(step.total(SINCE_CONSOLE_LINE))
+                step.reset(SINCE_CONSOLE_LINE)
+            alone.append(torch.tensor(per_step))
+    alone = torch.stack(alone)
+    in_fp32 = torch.stack([solo(m, batches)[0] for m in models])
+    bf16_noise = float((alone - in_fp32).abs().max())
+    assert bf16_noise > 4e-3  # bf16 acted
+    assert float((losses - alone).abs().max()) < bf16_noise / 10
+
+
+def test_the_byte_count_and_what_the_casts_save():
+    """bench/dispatch_count.py's Bytes: what an operator reads and writes, on fake tensors (no memory); and
+    per run, a fused step under bf16 autocast moves fewer bytes with fused.py's casts than with vmap's
+    dtypes (its fp32 activations), still more than one run's step."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    dc = bench()
+    with FakeTensorMode():
+        a, b = torch.ones(1000), torch.ones(1000, dtype=torch.bfloat16)
+        with dc.Bytes() as count:
+            c = a + b  # reads 4,000 + 2,000 bytes, writes 4,000
+            c.copy_(a)  # reads 4,000, writes 4,000
+            c.add_(a[None].expand(5, 1000).sum(0))  # sum reads the 4,000 bytes it has, writes 4,000; add_ 12,000
+            c.view(10, 100).t()  # views move nothing
+        assert count.bytes["forward"] == 10_000 + 8_000 + 8_000 + 12_000
+        gb = {}
+        with dc.bf16_autocast():
+            batch = dc.synthetic_batch(4, 16, 100)
+            for name, make in [("one run", lambda: dc.solo_step(tiny_models(100, [0])[0], HP)),
+                               ("vmap's dtypes", lambda: dc.vmap_dtypes(fused_step(tiny_models(100, [0, 1])))),
+                               ("fused", lambda: fused_step(tiny_models(100, [0, 1])))]:
+                gb[name] = sum(dc.counted(make(), dc.Bytes(16), batch, HP).bytes.values()) / (1 if name == "one run" else 2)
+    assert gb["one run"] < gb["fused"] < gb["vmap's dtypes"]

@@ -16,14 +16,26 @@ seed alone, and it ends the same whichever runs it is fused with (up to float no
 alone's draws (a run alone uses SDPA), and fused numbers differ from a run alone's in float noise, so being
 fused is part of a run's identity (`Regime.fused`); K, how many train at once, is not. On CPU, with dropout,
 each fused run still draws its run-alone's masks (tests/test_fused.py).
+
+Under autocast (bf16 on a GPU), vmap's dispatch sits above autocast's, and vmap decomposes composite
+calls before autocast sees them: `F.linear` becomes a batched matrix product plus a bias add (`addmm` and
+`baddbmm` alike), `F.cross_entropy` a log-softmax and a gather. Autocast still casts the product's
+operands to bf16, but not the fp32 bias, so the add gave fp32: every linear output was fp32, and GELU,
+dropout and the residual adds after it ran in fp32, where one run's run in bf16 (more bytes moved, other
+float noise). With the bias cast, the loss would in turn be computed in bf16 from bf16 logits, where
+autocast computes one run's in fp32. `AutocastUnderVmap` makes autocast's casts for those calls itself, so
+a fused step's dtypes are one run's (tests/test_fused.py; bench/dispatch_count.py counts them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import torch
 from torch.func import functional_call, stack_module_state, vmap
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map_only
 
 from bertology.errors import BadInput
 from bertology.train.engine import DESCRIPTIVE
@@ -54,6 +66,39 @@ def check_same_architecture(models: list[torch.nn.Module]) -> None:
                                f"{other.get(key, 'none')}, model 0 has {first.get(key, 'none')}")
 
 
+def meta_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `model` with every parameter and buffer on the meta device: no weights are copied (ties
+    are kept), so it costs no memory and works on fake tensors (bench/dispatch_count.py)."""
+    memo = {id(t): torch.empty_like(t, device="meta") for t in [*model.parameters(), *model.buffers()]}
+    memo.update({id(p): torch.nn.Parameter(memo[id(p)], requires_grad=p.requires_grad) for p in model.parameters()})
+    return copy.deepcopy(model, memo)
+
+
+F = torch.nn.functional
+# What autocast casts (to its dtype; to fp32) among the calls of a BERT-family forward and its heads'
+# losses that vmap decomposes before autocast sees them (module docstring).
+TO_AUTOCAST_DTYPE = {F.linear}
+TO_FP32 = {F.softmax, F.log_softmax, F.layer_norm, F.cross_entropy, F.nll_loss, F.mse_loss,
+           F.binary_cross_entropy_with_logits}
+
+
+class AutocastUnderVmap(TorchFunctionMode):
+    """Autocast's casts for the calls vmap hides from it: the floating-point tensors of a `TO_AUTOCAST_DTYPE`
+    call to autocast's dtype, of a `TO_FP32` call to fp32, as autocast casts them for one run."""
+
+    def __init__(self, device_type: str):
+        super().__init__()
+        self.dtype = torch.get_autocast_dtype(device_type)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        dtype = self.dtype if func in TO_AUTOCAST_DTYPE else torch.float32 if func in TO_FP32 else None
+        if dtype is not None:
+            args, kwargs = tree_map_only(torch.Tensor, lambda t: t.to(dtype) if t.is_floating_point() else t,
+                                         (args, kwargs))
+        return func(*args, **kwargs)
+
+
 class FusedStep(TrainStep):
     """The training step of K runs of one architecture on one batch: stacked weights, one fused AdamW
     (`lr`, `weight_decay`: all K share them) and per-run clipping at `max_grad_norm`. The models are copied
@@ -66,7 +111,7 @@ class FusedStep(TrainStep):
         check_same_architecture(models)
         self.params, self.buffers = stack_module_state(models)  # leaves with a leading K dimension
         self._stacked = {**self.params, **self.buffers}
-        base = copy.deepcopy(models[0]).to("meta").train()  # the stateless function of the weights
+        base = meta_copy(models[0]).train()  # the stateless function of the weights
         base.set_attn_implementation("eager")  # attention dropout as one mask for all K (module docstring)
         # state_dict key -> stacked name: tied weights appear under each of their names, as in state_dict
         stacked = {id(t): n for n, t in [*models[0].named_parameters(), *models[0].named_buffers()]}
@@ -87,7 +132,14 @@ class FusedStep(TrainStep):
         """Each run's loss on the one batch, [K]."""
         if inputs["attention_mask"].dim() == 2:
             inputs = self.graph_inputs(inputs)
-        return self._losses(self.params, self.buffers, inputs)
+        with self.autocast_casts():
+            return self._losses(self.params, self.buffers, inputs)
+
+    def autocast_casts(self):
+        """Under autocast, the casts it makes for one run that vmap keeps it from making (`AutocastUnderVmap`);
+        nothing without autocast, where fused maths is one run's."""
+        device = self.device.type
+        return AutocastUnderVmap(device) if torch.is_autocast_enabled(device) else contextlib.nullcontext()
 
     def graph_inputs(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The mask as eager attention adds it, [batch, 1, 1, width] (0 where attended, the float minimum at
