@@ -48,8 +48,8 @@ REPO = Path(__file__).resolve().parents[1]
 GPU = "bertology-semaphores/gpu"
 GPU_LOCK = {"semaphores": [{"configMapKeyRef": {"name": "bertology-semaphores", "key": "gpu"}}]}
 
-# A study in miniature: a CPU step, two GPU steps (the library's semaphore, each pod `deadline` (6) seconds
-# of its own), a CPU step after them. A GPU step appends "<run> <item> <start> <end>" to the log; the one of
+# A study in miniature: a CPU step, two GPU steps (the library's semaphore and GPU request, each pod `deadline`
+# (6) seconds of its own), a CPU step after them. A GPU step appends "<run> <item> <start> <end>" to the log; the one of
 # item "0" of the run tagged `gated` first waits for the gate file, so the test decides when it ends.
 GPU_STEP = """
 import os, sys, time
@@ -79,7 +79,7 @@ def _study(tmp: Path, **spec) -> Path:
                    {"name": "cpu", "container": {"image": "x:1", "command": [*python, "pass"]}},
                    {"name": "gpu", "inputs": {"parameters": [{"name": "item"}]}, "activeDeadlineSeconds": "{{workflow.parameters.deadline}}",
                     "synchronization": GPU_LOCK, "retryStrategy": {"limit": "1", "retryPolicy": "Always"},
-                    "container": {"image": "x:1", "command": [
+                    "container": {"image": "x:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}, "command": [
                         *python, textwrap.dedent(GPU_STEP), "{{workflow.parameters.tag}}", "{{inputs.parameters.item}}",
                         "{{workflow.parameters.gated}}", str(tmp / "gpu.log"), str(tmp / "gate")]}}]}}
     (tmp / "templates").mkdir(exist_ok=True)
@@ -167,6 +167,36 @@ def test_a_run_that_ended_leaves_no_slot_behind(tmp_path):
     assert q.acquire(GPU, 1, "gpu", deadline=time.time() + 5) < 5
 
 
+def test_a_gpu_is_found_without_torch_and_only_gpu_steps_make_a_semaphore_the_gpu_s(tmp_path, monkeypatch):
+    """The runner asks what train/device.py's pick_device asks (is there a CUDA device for this torch?) without
+    importing torch: $BERTOLOGY_GPU says so outright; CUDA_VISIBLE_DEVICES "" or "-1" hides every device; else
+    the NVIDIA driver's list of devices. A semaphore is the GPU's when every template holding it requests a
+    GPU (steps.yaml: finetune and evaluate)."""
+    from bertology.argo.concurrency import gpu_semaphores
+
+    monkeypatch.setattr(queue, "_torch_has_cuda", lambda: True)  # as on a machine whose torch has CUDA
+    (tmp_path / "dev").mkdir()
+    assert not queue.gpu_present({}, tmp_path)
+    (tmp_path / "dev" / "nvidiactl").touch()
+    assert not queue.gpu_present({}, tmp_path)  # the driver's control device is no GPU
+    (tmp_path / "dev" / "nvidia0").touch()
+    assert queue.gpu_present({}, tmp_path) and queue.gpu_present({"CUDA_VISIBLE_DEVICES": "0"}, tmp_path)
+    for hidden in ("", "-1", "-1,0"):
+        assert not queue.gpu_present({"CUDA_VISIBLE_DEVICES": hidden}, tmp_path)
+    assert not queue.gpu_present({queue.GPU_ENV: "0"}, tmp_path) and queue.gpu_present({queue.GPU_ENV: "1"}, "/nowhere")
+    with pytest.raises(BadInput, match=r"\$BERTOLOGY_GPU='yes': expected 1 .* or 0"):
+        queue.gpu_present({queue.GPU_ENV: "yes"})
+    monkeypatch.setattr(queue, "_torch_has_cuda", lambda: False)  # a CPU build of torch trains on the CPU
+    assert not queue.gpu_present({}, tmp_path)
+
+    library = prepare(REPO / "workflows" / "reversed-layers.yaml", params={"store": "file:///nowhere"},
+                      templates_dir=REPO / "workflows" / "templates")
+    assert library.gpu_semaphores == {GPU}
+    gpu_step = {"name": "g", "synchronization": GPU_LOCK, "container": {"resources": {"limits": {"nvidia.com/gpu": 1}}}}
+    cpu_step = {"name": "c", "synchronization": GPU_LOCK, "container": {"resources": {"requests": {"cpu": "1"}}}}
+    assert gpu_semaphores([gpu_step]) == {GPU} and gpu_semaphores([gpu_step, cpu_step]) == set()
+
+
 # --- bertology run: runs on one machine share the GPU as Workflows in one namespace ------------------------
 
 
@@ -188,7 +218,7 @@ def test_two_studies_share_one_gpu_slot_in_argo_s_order_and_the_wait_is_no_step_
     run's steps follows the other (its place in the queue is kept); `second` waits far longer than its steps'
     6-second deadline and succeeds: the deadline counts from the pod's start."""
     workflow = _study(tmp_path)
-    env = {**subprocess_env, queue.DIR_ENV: str(tmp_path / "semaphores")}
+    env = {**subprocess_env, queue.DIR_ENV: str(tmp_path / "semaphores"), queue.GPU_ENV: "1"}
     runs = {"first": _bertology(workflow, tmp_path, "-p", "tag=first", "-p", "gated=first", "-p", "deadline=120",
                                 env=env)}
     log = tmp_path / "gpu.log"
@@ -222,6 +252,66 @@ def test_two_studies_share_one_gpu_slot_in_argo_s_order_and_the_wait_is_no_step_
     assert f"acquired semaphore {GPU} after " in second.read_text()
 
 
+@pytest.mark.parametrize("gpu", ["0", "1"])
+def test_runs_from_two_checkouts_go_side_by_side_without_a_gpu_and_with_one_the_waiting_run_names_the_holder(
+        tmp_path, subprocess_env, gpu):
+    """Two `bertology run` processes, each from a checkout and into a store of its own, the first's GPU step
+    held open. On a machine without a GPU ($BERTOLOGY_GPU=0, as a machine with no NVIDIA device or
+    CUDA_VISIBLE_DEVICES="") the GPU semaphore is each run's own: the second runs to its end beside the
+    first and never waits. With a GPU ($BERTOLOGY_GPU=1) the second waits, and its progress line (on a
+    terminal, as a person sees it) names what it waits behind: the first's workflow, step, pid, checkout and
+    store, how long it has held the slot, and how to run beside it."""
+    from terminal import Terminal
+
+    workflow = _study(tmp_path)
+    env = {**subprocess_env, queue.DIR_ENV: str(tmp_path / "semaphores"), queue.GPU_ENV: gpu}
+    clones = {tag: tmp_path / f"clone-{tag}" for tag in ("first", "second")}
+    for clone in clones.values():
+        clone.mkdir()
+    common = [str(workflow), "--templates", str(tmp_path / "templates"), "--semaphore", f"{GPU}=1"]
+    out = (tmp_path / "first.out").open("w")
+    first = subprocess.Popen([sys.executable, "-m", "bertology.cli", "run", "-v", *common, "--store",
+                              str(tmp_path / "store-first"), "-p", "tag=first", "-p", "gated=first", "-p", "deadline=120"],
+                             cwd=clones["first"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    second = None
+    try:
+        _wait_for(lambda: "[gpu(0:0)] started" in (tmp_path / "first.out").read_text(), 120, "first's GPU step started")
+        second = Terminal([sys.executable, "-m", "bertology.cli", "run", *common, "--store",
+                           str(tmp_path / "store-second"), "-p", "tag=second"], clones["second"], env)
+        if gpu == "0":
+            assert second.wait(120) == 0, second.text
+            assert first.poll() is None  # the second ended while the first still held its GPU step
+            assert "waiting" not in second.text, second.text
+        else:
+            holder = (" by mini-", (f"(gpu #1, pid {first.pid}, checkout {clones['first']}, store "
+                                    f"file://{tmp_path / 'store-first'}) · to run beside it, set {queue.DIR_ENV} to a "
+                                    f"directory of your own"))
+            _wait_for(lambda: any("gpu #1 waiting " in s and " for the GPU (bertology-semaphores/gpu), held " in s
+                                  and all(h in s for h in holder) for s, _ in second.bars()), 120,
+                      "the second's progress line names what it waits behind")
+            time.sleep(1.5)
+            waits = [s for s, _ in second.bars() if "waiting" in s]
+            assert len({s.split(" held ")[1].split(" by ")[0] for s in waits}) > 1, waits  # how long, as it grows
+            assert first.poll() is None and second.process.poll() is None
+        (tmp_path / "gate").touch()
+        assert first.wait(120) == 0, (tmp_path / "first.out").read_text()
+        assert second.wait(120) == 0, second.text
+    finally:
+        for process in (first, second.process if second else None):
+            if process is not None and process.poll() is None:
+                process.kill()
+        if second is not None:
+            second.close()
+    steps = sorted((float(start), float(end), tag, item) for tag, item, start, end in
+                   (line.split() for line in (tmp_path / "gpu.log").read_text().splitlines()))
+    gated = next(step for step in steps if step[2:] == ("first", "0"))
+    others = [step for step in steps if step[2] == "second"]
+    if gpu == "0":  # side by side
+        assert all(gated[0] < start and end < gated[1] for start, end, *_ in others), steps
+    else:  # one GPU step at a time, across both runs
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(steps)), steps
+
+
 def test_the_workflow_s_deadline_is_what_ends_a_wait_for_the_gpu(tmp_path):
     """Argo has no bound of a node's own on its wait for a lock: the Workflow's activeDeadlineSeconds fails it
     ("Step exceeded its deadline", no pod made) and the node keeps the lock it waited for; the run says which
@@ -240,7 +330,7 @@ def test_the_workflow_s_deadline_is_what_ends_a_wait_for_the_gpu(tmp_path):
     try:
         result = run_workflow(_study(tmp_path, activeDeadlineSeconds=4), params={}, templates_dir=tmp_path / "templates",
                               workdir=tmp_path / "work", project_root=tmp_path, parallelism=2,
-                              semaphores={GPU: 1}, log=lines.append, events=event)
+                              semaphores={GPU: 1}, log=lines.append, events=event, gpu=True)
     finally:
         other.release(GPU, "finetune")
     for item in ("0", "1"):
@@ -250,7 +340,10 @@ def test_the_workflow_s_deadline_is_what_ends_a_wait_for_the_gpu(tmp_path):
     assert result.phase == "Failed" and result.nodes["plan"].queued_s == 0  # plan took no lock
     assert any("Failed (Step exceeded its deadline) after waiting " in line and f"s for semaphore {GPU}" in line
                for line in lines), lines
-    assert any(line.endswith(f" · 1 waiting for {GPU}") for line in seen), seen  # the progress line says why
+    # the progress line says why, and behind whom
+    assert any(f"gpu #1 waiting 0s for the GPU ({GPU}), held " in line and " by workflow-other (finetune, pid "
+               f"{os.getpid()}) · to run beside it, set {queue.DIR_ENV} to a directory of your own" in line
+               for line in seen), seen
     ending = [line for line in step_errors(result, tmp_path / "work") if line.startswith("gpu(0:0): ")]
     assert ending and ending[0].startswith("gpu(0:0): Step exceeded its deadline after waiting ") and \
         ending[0].endswith(f"s for semaphore {GPU}"), ending  # what `bertology run` prints last
@@ -316,6 +409,7 @@ def test_a_semaphore_directory_others_can_write_is_refused(tmp_path, monkeypatch
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)
     monkeypatch.setenv(queue.DIR_ENV, str(shared))
+    monkeypatch.setenv(queue.GPU_ENV, "1")  # without a GPU the run would keep its GPU semaphore to itself
     workflow = _study(tmp_path)
     assert cli.main(["run", str(workflow), "--templates", str(tmp_path / "templates"), "--store",
                      str(tmp_path / "store")]) == 2

@@ -17,7 +17,8 @@ A node still waiting when the Workflow's activeDeadlineSeconds passes gives up i
 Within a run, waiters are served in tree order (depth first: a started cell finishes before the next
 starts), so a run at parallelism 1 is reproducible. Across runs, a semaphore is this machine's, shared by
 every `bertology run` (semaphores.py), and runs are served as Argo serves Workflows: by the Workflow's
-spec.priority, then its age.
+spec.priority, then its age. A GPU semaphore (`gpu_semaphores`) is shared only where the steps holding it
+would run on a GPU; elsewhere it stays the run's own.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 
-from bertology.argo.semaphores import Queue, WaitExpired
+from bertology.argo.semaphores import Holder, Queue, WaitExpired
 
 DEFAULT_SEMAPHORE_LIMIT = 1
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")  # the device plugins' resource names a pod requests a GPU by
 
 
 class DeadlinePassed(Exception):
@@ -108,13 +110,34 @@ def semaphore_names(template: dict) -> list[str]:
     return names
 
 
+def requests_gpu(template: dict) -> bool:
+    """Whether the template's pod asks for a GPU: a GPU resource in its container's requests or limits."""
+    resources = (template.get("container") or {}).get("resources") or {}
+    return any(str((resources.get(part) or {}).get(name, "0")).strip() not in ("0", "")
+               for part in ("requests", "limits") for name in GPU_RESOURCES)
+
+
+def gpu_semaphores(templates: Iterable[dict]) -> set[str]:
+    """The semaphores that guard a GPU: each held only by templates whose pods request one (steps.yaml's
+    finetune and evaluate hold `bertology-semaphores/gpu`)."""
+    holders: dict[str, list[bool]] = {}
+    for template in templates:
+        for name in semaphore_names(template):
+            holders.setdefault(name, []).append(requests_gpu(template))
+    return {name for name, gpu in holders.items() if all(gpu)}
+
+
 class Limits:
     """The pod cap and the semaphores of one run; with `machine`, each semaphore is also this machine's,
-    shared with every other run (semaphores.py)."""
+    shared with every other run (semaphores.py), except a GPU semaphore (`gpu`) on a machine where the
+    steps run on no GPU (`gpu_here` false), which only orders and caps the run's own steps."""
 
-    def __init__(self, parallelism: int, semaphores: dict[str, int], machine: Queue | None = None):
+    def __init__(self, parallelism: int, semaphores: dict[str, int], machine: Queue | None = None,
+                 gpu: Iterable[str] = (), gpu_here: bool = True):
         self.pods = OrderedPool(parallelism)
         self.machine = machine
+        self.gpu = frozenset(gpu)
+        self.own = frozenset() if gpu_here else self.gpu
         self._limits = dict(semaphores)
         self._semaphores: dict[str, OrderedPool] = {}
         self._lock = threading.Lock()
@@ -135,33 +158,40 @@ class Limits:
         for pool in [self.semaphore(name) for name in semaphores] or [self.pods]:
             pool.cancel(key)
 
+    def shared(self, name: str) -> bool:
+        """Whether semaphore `name` is this machine's, shared with every other run."""
+        return self.machine is not None and name not in self.own
+
     @contextmanager
     def locks(self, key: tuple[int, ...], semaphores: list[str], deadline: float | None = None, holder: str = "",
-              waiting: Callable[[str, str], None] | None = None) -> Iterator[float]:
+              waiting: Callable[[str, tuple[Holder, ...]], None] | None = None, label: str = "") -> Iterator[float]:
         """The template's semaphores, for the node's whole life: the controller acquires them for the node
         (operator.go executeTemplate: TryAcquire with the node's id, which for a template with a
         retryStrategy is the Retry node's) before it makes any pod, and releases them once it is fulfilled,
         so a Retry node keeps them through its backoff waits (upstream #9875). Yields the seconds the node
-        waited; `waiting(lock, who)` is called when it has to wait for another run's slot. Raises
+        waited; `waiting(lock, holders)` is called when it has to wait for another run's slot, and again
+        when those holders change; `label` says what the node does to the runs that wait behind it. Raises
         DeadlinePassed (the lock's name, the seconds waited) as `hold` does."""
         began = time.time()
         who = holder or "/".join(map(str, key))
         with ExitStack() as stack:
             for name in sorted(semaphores):
                 queued = False
+                machine = self.machine if self.shared(name) else None
                 try:
-                    if self.machine is not None:  # the run's place in the machine's queue, from the start
-                        self.machine.join(name)
+                    if machine is not None:  # the run's place in the machine's queue, from the start
+                        machine.join(name)
                         queued = True
                     stack.enter_context(self.semaphore(name).hold(key, deadline))  # the run's own order
-                    if self.machine is not None:
+                    if machine is not None:
                         queued = False  # acquire leaves the queue, whatever happens
-                        self.machine.acquire(name, self.semaphore(name).size, who, deadline,
-                                             None if waiting is None else (lambda text, name=name: waiting(name, text)))
-                        stack.callback(self.machine.release, name, who)
+                        machine.acquire(name, self.semaphore(name).size, who, deadline,
+                                        None if waiting is None else (lambda held, name=name: waiting(name, held)),
+                                        label)
+                        stack.callback(machine.release, name, who)
                 except BaseException as e:
-                    if queued and self.machine is not None:
-                        self.machine.unjoin(name)
+                    if queued and machine is not None:
+                        machine.unjoin(name)
                     if isinstance(e, (DeadlinePassed, WaitExpired)):
                         raise DeadlinePassed(name, time.time() - began) from None
                     raise

@@ -37,7 +37,7 @@ from bertology.argo import dag as dags
 from bertology.argo import deadlines, termination
 from bertology.argo.concurrency import DeadlinePassed, Limits, semaphore_names
 from bertology.argo.documents import Source
-from bertology.argo.nodes import NodeResult, PodCall, RunEvent
+from bertology.argo.nodes import NodeResult, PodCall, RunEvent, readable_name
 from bertology.argo.parent_death import die_with_parent
 from bertology.argo.reaper import Reaper
 from bertology.argo.retries import Attempt, RetryStrategy, exit_code
@@ -84,6 +84,7 @@ class Containers:
         self.deadlines = deadlines.Deadlines()  # the Workflow's activeDeadlineSeconds (deadlines.py)
         self.on_exit = False  # running the exit handler: no Workflow deadline applies
         self.engine = None  # a bertology.argo.engines.ContainerEngine: each pod runs in its image
+        self.label: Callable[[str], str | None] | None = None  # names a node by what it does (cli/run.py)
 
     def notify(self, event: RunEvent) -> None:
         if self.events is not None:
@@ -100,7 +101,8 @@ class Containers:
         with self._lock:
             self.nodes[node.name] = node
             self.graph[node.name] = graph or dags.Node(node.name, dags.LEAF, node.phase)
-        self.notify(RunEvent("finished", node.name, node.phase, message=node.message, exit_code=node.exit_code))
+        self.notify(RunEvent("finished", node.name, node.phase, message=node.message, exit_code=node.exit_code,
+                             template=node.template))
         return node
 
     def node_dir(self, name: str) -> Path:
@@ -121,13 +123,20 @@ class Containers:
         workflow_deadline = None if self.on_exit else self.deadlines.workflow
         told: list[str] = []
 
-        def waiting(lock: str, who: str) -> None:  # another run holds the slots (semaphores.py)
+        def waiting(lock: str, holders: tuple) -> None:  # another run holds the slots (semaphores.py)
             told.append(lock)
+            who = "; ".join(h.describe() for h in holders) or "runs ahead of it in the queue"
             self.emit(node_name, f"waiting for semaphore {lock} (held by {who})")
-            self.notify(RunEvent("waiting", node_name, message=lock))
+            what = f"the GPU ({lock})" if lock in self.limits.gpu else f"semaphore {lock}"
+            self.notify(RunEvent("waiting", node_name, message=what, template=template["name"], holders=holders))
 
+        names = semaphore_names(template)
+        label = ""  # what it does, for the runs that wait behind it
+        if any(map(self.limits.shared, names)):
+            label = (self.label(node_name) if self.label is not None else None) or readable_name(node_name,
+                                                                                                  template["name"])
         try:
-            locks = self.limits.locks(key, semaphore_names(template), workflow_deadline, node_name, waiting)
+            locks = self.limits.locks(key, names, workflow_deadline, node_name, waiting, label)
             queued_s = locks.__enter__()
         except DeadlinePassed as e:  # waited for a lock past the Workflow's deadline: no pod was made
             # the node keeps the lock it waited for (NodeStatus.synchronizationStatus.waiting) and its wait
@@ -193,7 +202,7 @@ class Containers:
                     launch = self.engine and self.engine.launcher(template, container, node_dir, out_dir,
                                                                   len(attempts))
                     phase, code, message = self._process(node_name, argv, self._env(container, out_dir), log_path,
-                                                         len(attempts), kill, launch)
+                                                         len(attempts), kill, launch, template["name"])
                     if phase == "Succeeded":
                         try:
                             values = _read_outputs(outputs, out_dir)
@@ -248,7 +257,8 @@ class Containers:
         return env
 
     def _process(self, node: str, argv: list[str], env: dict[str, str], log_path: Path, attempt: int,
-                 kill: tuple[float, str] | None, launch: Callable | None = None) -> tuple[str, int | None, str]:
+                 kill: tuple[float, str] | None, launch: Callable | None = None,
+                 template: str = "") -> tuple[str, int | None, str]:
         """Run one attempt, streaming its output; returns (phase, exit code, message). `kill` (when, message)
         stops it as a pod past a deadline is stopped (deadlines.py); the node gets that message. `launch`
         starts it in its image instead of as a host process (engines.py)."""
@@ -283,7 +293,7 @@ class Containers:
                 stopped = self.stopping
             if stopped:  # terminate() ran while this one was starting
                 _signal(process, signal.SIGTERM)
-            self.notify(RunEvent("started", node))
+            self.notify(RunEvent("started", node, template=template))
             expired = threading.Event()
             timer = None
             if kill is not None:

@@ -9,6 +9,9 @@ argoproj/argo-workflows:
   over the node graph (dag.py, expressions.py);
 - dag.go `expandTask`: withParam / withItems fan out into one child per item, all started together, their
   TaskGroup's phase and aggregated outputs (fanout.py, substitution.py `processItem`).
+
+A fan-out's size is announced (RunEvent `planned`) as soon as the outputs its items come from exist, before
+the tasks it waits for are done, so a progress display knows the run's work from its plan on.
 """
 
 from __future__ import annotations
@@ -76,7 +79,9 @@ class Run(Containers):
         pending = [t["name"] for t in tasks]
         finished: queue.Queue = queue.Queue()
         running = 0
+        foreseen: set[str] = set()
         while True:
+            self._foresee(tasks, pending, foreseen, name, scope, outputs)
             progressed = True
             while progressed:
                 progressed = False
@@ -118,6 +123,24 @@ class Run(Containers):
         node.phase = dag_phase(node, [t["name"] for t in tasks], upstream,
                                {t["name"]: self.graph[prefix + t["name"]] for t in tasks}, fail_fast, continue_on)
         return self.record(NodeResult(node.name, template["name"], node.phase), node)
+
+    def _foresee(self, tasks: list[dict], pending: list[str], foreseen: set[str], name: str, scope: dict[str, str],
+                 outputs: dict[str, dict[str, str]]) -> None:
+        """Announce each pending fan-out's size once the values its items come from exist."""
+        task_scope = {**scope, **{f"tasks.{t}.outputs.parameters.{p}": v
+                                  for t, params in outputs.items() for p, v in params.items()}}
+        for task in tasks:
+            if task["name"] in foreseen or task["name"] not in pending or not (task.get("withParam")
+                                                                                 or task.get("withItems")):
+                continue
+            try:
+                items = fanout.items(task, lambda v: substitute(v, task_scope))
+            except (NodeError, fanout.FanOutError, SubstitutionError):
+                continue  # not yet known (or never: the task itself will say why)
+            foreseen.add(task["name"])
+            if items is not None:
+                node_name = f"{name}.{task['name']}" if name else task["name"]
+                self.notify(RunEvent("planned", node_name, count=len(items)))
 
     def task(self, task: dict, source: Source, name: str, scope: dict[str, str],
              key: tuple[int, ...]) -> tuple[TaskOutcome, dict[str, str]]:

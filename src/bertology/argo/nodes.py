@@ -10,9 +10,22 @@ give it, after substitution.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
+from bertology.argo.exit_handler import EXIT_NODE
 from bertology.argo.retries import Attempt
+from bertology.argo.semaphores import Holder
+
+_CHILD = re.compile(r"\((\d+):[^()]*\)")  # a fan-out child's `(index:item)` (fanout.child_name)
+
+
+def readable_name(node: str, template: str = "") -> str:
+    """A node's name as a person reads it: a fan-out child numbered from 1 (`gpu #2`, not `gpu(1:ID)`), the
+    exit handler by its template (`verdict`, not `onExit`)."""
+    if node == EXIT_NODE:
+        return template or "the exit handler"
+    return _CHILD.sub(lambda m: f" #{int(m.group(1)) + 1}", node)
 
 
 @dataclass
@@ -63,13 +76,15 @@ class RunResult:
 
 @dataclass(frozen=True)
 class RunEvent:
-    """What a progress display needs, without parsing log lines: a container `started`, a fan-out
-    expanded into `count` children (`fanout`), a container `waiting` for a semaphore that another run holds
-    (`message`: the semaphore), any node `finished` with its phase, or a container's attempt that failed
-    and will be retried (`retry`: its phase, message and exit code, `count` the attempt that failed,
-    `max_attempts` how many its retryStrategy allows, None without a limit)."""
+    """What a progress display needs, without parsing log lines: a container `started`, a fan-out whose
+    size is known before it starts (`planned`: `count` children, once the outputs its items come from
+    exist), a fan-out expanded into `count` children (`fanout`), a container `waiting` for a semaphore
+    that another run holds (`message`: what it waits for, `holders`: who holds it, as that run recorded
+    it), any node `finished` with its phase, or a container's attempt that failed and will be retried
+    (`retry`: its phase, message and exit code, `count` the attempt that failed, `max_attempts` how many
+    its retryStrategy allows, None without a limit)."""
 
-    kind: str  # started | fanout | waiting | finished | retry
+    kind: str  # started | planned | fanout | waiting | finished | retry
     node: str
     phase: str = ""
     count: int = 0
@@ -77,3 +92,5 @@ class RunEvent:
     children: tuple[str, ...] = ()  # fanout: the children's node names
     exit_code: int | None = None  # finished: the container's exit code (None: not a container, or none)
     max_attempts: int | None = None  # retry: the attempts the retryStrategy allows (None: no limit)
+    template: str = ""  # started, waiting, finished: the node's template (the exit handler's names it)
+    holders: tuple[Holder, ...] = ()  # waiting: the other runs' steps holding the slots

@@ -41,13 +41,13 @@ import string
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bertology.argo import deadlines, exit_handler
 from bertology.argo import semaphores as shared_semaphores
-from bertology.argo.concurrency import Limits, semaphore_names
+from bertology.argo.concurrency import Limits, gpu_semaphores, semaphore_names
 from bertology.argo.containers import LOCAL_GRACE_S, MAX_LOCAL_BACKOFF_S, pod_name
 from bertology.argo.dag import FAILED
 from bertology.argo.documents import (
@@ -223,6 +223,7 @@ class Prepared:
     parallelism: int
     semaphores: dict[str, int]
     priority: int = 0  # the Workflow's own spec.priority: its place in a semaphore's queue (semaphores.py)
+    gpu_semaphores: set[str] = field(default_factory=set)  # those that guard a GPU (concurrency.gpu_semaphores)
 
 
 def _priority(source: Source, base: Source, given: int | None) -> int:
@@ -263,7 +264,8 @@ def prepare(path: str | Path, *, params: dict[str, str], templates_dir: str | Pa
         raise BadInput(f"parallelism must be at least 1, got {parallelism}")
     caps = [c for c in (parallelism, spec.get("parallelism")) if c]
     limits = {}
-    for _, template in reachable(spec, templates, library):
+    used = [template for _, template in reachable(spec, templates, library)]
+    for template in used:
         for sem in semaphore_names(template):
             cm, _, key = sem.partition("/")
             configured = (semaphores or {}).get(sem, configmaps.get(cm, {}).get(key))
@@ -279,7 +281,7 @@ def prepare(path: str | Path, *, params: dict[str, str], templates_dir: str | Pa
                     dict(sorted(_workflow_annotations(source).items())) or None),
                 **{f"workflow.parameters.{k}": v for k, v in values.items()}}
     return Prepared(source, spec, templates, library, values, name, globals_, min(caps) if caps else 1 << 30, limits,
-                    _priority(source, templates, priority))
+                    _priority(source, templates, priority), gpu_semaphores(used))
 
 
 def run_workflow(
@@ -300,6 +302,8 @@ def run_workflow(
     argo_version: str | None = None,
     priority: int | None = None,
     semaphore_dir: str | Path | None = None,
+    label: Callable[[str], str | None] | None = None,
+    gpu: bool | None = None,
 ) -> RunResult:
     """Validate, check the local feature subset, then run the file's Workflow (or a CronWorkflow's
     workflowSpec, once). Raises BadInput before anything runs; a failed step is a result, not an error.
@@ -313,7 +317,9 @@ def run_workflow(
     Semaphores are this machine's: every run shares their slots through `semaphore_dir` (default
     $BERTOLOGY_SEMAPHORE_DIR, else a directory of this user's under the temporary directory), queued by the
     Workflow's spec.priority (`priority` replaces it) and then its age (semaphores.py); a dry run keeps
-    them to itself.
+    them to itself, and a run whose GPU steps would run on no GPU keeps its GPU semaphores to itself (`gpu`:
+    whether they would run on one, default semaphores.gpu_present; never with an `engine`, which passes no
+    GPU on). `label` names a node by what it does, for the runs that wait behind it.
 
     An exception in the calling thread (KeyboardInterrupt, or what a SIGTERM handler raises) stops every
     running step, then the fork server, and propagates."""
@@ -321,19 +327,29 @@ def run_workflow(
     prepared = prepare(path, params=params, templates_dir=templates_dir, parallelism=parallelism,
                        semaphores=semaphores, argo_version=argo_version, priority=priority)
     machine = None
-    if prepared.semaphores and not dry_run:
-        machine = shared_semaphores.Queue(shared_semaphores.open_directory(semaphore_dir), shared_semaphores.Owner
-                                          .this_process(prepared.globals["workflow.uid"], prepared.name,
-                                                        prepared.priority, created))
     workdir = Path(workdir)
+    gpu_here = True
+    if prepared.gpu_semaphores and not dry_run:  # read only where it matters: a bad $BERTOLOGY_GPU is refused
+        gpu_here = engine is None and (shared_semaphores.gpu_present() if gpu is None else gpu)
+    if set(prepared.semaphores) - (set() if gpu_here else prepared.gpu_semaphores) and not dry_run:
+        owner = shared_semaphores.Owner.this_process(
+            prepared.globals["workflow.uid"], prepared.name, prepared.priority, created,
+            checkout=str(Path(project_root).resolve()), store=prepared.values.get("store", ""),
+            workdir=str(workdir))
+        machine = shared_semaphores.Queue(shared_semaphores.open_directory(semaphore_dir), owner)
     workdir.mkdir(parents=True, exist_ok=True)
-    run = Run(prepared.name, prepared.globals, prepared.library, workdir, Path(project_root),
-               Limits(prepared.parallelism, prepared.semaphores, machine), log, max_backoff_s)
+    limits = Limits(prepared.parallelism, prepared.semaphores, machine, prepared.gpu_semaphores, gpu_here)
+    run = Run(prepared.name, prepared.globals, prepared.library, workdir, Path(project_root), limits, log,
+              max_backoff_s)
+    run.label = label
     run.dry_run = dry_run
     run.events = events
     run.deadlines = deadlines.Deadlines.of(prepared.spec, time.time())
     run.engine = engine
     sems = ", ".join(f"{k}={v}" for k, v in sorted(prepared.semaphores.items()))
+    if limits.own:
+        sems += (f" ({', '.join(sorted(limits.own))} this run's own: its steps run on no GPU here"
+                 + (", each in its image)" if engine is not None else ")"))
     shared = f", shared with every run on this machine through {machine.directory}" if machine is not None else ""
     queue = f", priority {prepared.priority}" if machine is not None and prepared.priority else ""
     run.emit(prepared.name, f"running {path} locally (at most {prepared.parallelism} containers at once"

@@ -24,6 +24,12 @@ lives in a directory that every run of this user on this machine reads (`$BERTOL
 Within one run, concurrency.py orders the run's own nodes (tree order); this queue orders the runs. The
 limit each run applies is its own (--semaphore, else the ConfigMap it read), as the controller applies the
 ConfigMap's current value.
+
+A GPU semaphore (one only templates that request a GPU hold: concurrency.gpu_semaphores) guards this
+machine's GPU, so it is shared only where a step would train on one (`gpu_present`); on a machine without
+one, each run keeps it to itself and independent runs proceed side by side. Whoever takes a slot records
+who it is (workflow, step, pid, checkout, store, since when), so a run that waits can say what it waits
+behind and for how long.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from urllib.parse import quote
 from bertology.errors import BadInput
 
 DIR_ENV = "BERTOLOGY_SEMAPHORE_DIR"
+GPU_ENV = "BERTOLOGY_GPU"  # 1: this machine has a GPU, 0: it has none (else it is looked for)
 POLL_S = 0.05  # how often a waiting node looks at the queue again
 INT32 = (-(1 << 31), (1 << 31) - 1)  # Workflow.spec.priority is an int32
 
@@ -71,6 +78,41 @@ def open_directory(path: str | Path | None = None) -> Path:
                        f"write (mode {stat.filemode(info.st_mode)}, owner uid {info.st_uid}); set ${DIR_ENV} "
                        f"to another")
     return directory
+
+
+def gpu_present(environ: dict[str, str] | None = None, root: str | Path = "/") -> bool:
+    """Whether a step here would run on a GPU, as train/device.py pick_device decides (torch.cuda.is_available),
+    without importing torch into the runner: $BERTOLOGY_GPU (1 or 0) when set; else none when
+    CUDA_VISIBLE_DEVICES hides every device ("", or a first entry "-1"), when this interpreter's torch is a
+    build without CUDA, or when the NVIDIA driver lists no device (`root`: where /proc and /dev are, for tests)."""
+    environ = os.environ if environ is None else environ
+    given = environ.get(GPU_ENV, "").strip()
+    if given:
+        if given not in ("0", "1"):
+            raise BadInput(f"${GPU_ENV}={given!r}: expected 1 (this machine has a GPU) or 0 (it has none)")
+        return given == "1"
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.split(",")[0].strip() in ("", "-1"):
+        return False
+    if not _torch_has_cuda():
+        return False
+    root = Path(root)
+    listed = root / "proc/driver/nvidia/gpus"
+    return (listed.is_dir() and any(listed.iterdir())) or any(
+        p.name.removeprefix("nvidia").isdigit() for p in (root / "dev").glob("nvidia*"))
+
+
+def _torch_has_cuda() -> bool:
+    """False for a torch built without CUDA (its version.py says `cuda = None`); True when unsure."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        text = (Path(spec.origin).parent / "version.py").read_text() if spec and spec.origin else ""
+    except (ImportError, OSError, ValueError):
+        return True
+    return not text or any(line.split("=", 1)[-1].strip() not in ("None", "")
+                           for line in text.splitlines() if line.startswith(("cuda", "hip")) and "=" in line)
 
 
 def check_priority(value: object, where: str) -> int:
@@ -107,7 +149,7 @@ def _alive(pid: int, start: str) -> bool:
 @dataclass(frozen=True)
 class Owner:
     """A run as the queue sees it: Argo's queue item is a node of a Workflow with that Workflow's
-    priority and creation time."""
+    priority and creation time; where it runs from, so that a run waiting behind it can name it."""
 
     run: str  # the run's workflow.uid
     workflow: str  # its name, for messages
@@ -115,10 +157,39 @@ class Owner:
     created: float  # epoch seconds: the Workflow's creationTimestamp
     pid: int
     start: str
+    checkout: str = ""  # the project root its steps run in
+    store: str = ""  # the store its study writes to, if it has one
+    workdir: str = ""  # its step logs
 
     @classmethod
-    def this_process(cls, run: str, workflow: str, priority: int, created: float) -> Owner:
-        return cls(run, workflow, priority, created, os.getpid(), _process_start(os.getpid()))
+    def this_process(cls, run: str, workflow: str, priority: int, created: float, checkout: str = "",
+                     store: str = "", workdir: str = "") -> Owner:
+        return cls(run, workflow, priority, created, os.getpid(), _process_start(os.getpid()), checkout, store,
+                   workdir)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A step of another run that holds a slot a waiting step needs, as that run recorded it."""
+
+    workflow: str
+    step: str  # what it does (its run's label for it), else its node name
+    pid: int
+    since: float  # epoch seconds: when it took the slot
+    checkout: str = ""
+    store: str = ""
+
+    @classmethod
+    def of(cls, entry: dict) -> Holder:
+        """From a state file's holder entry (one an older bertology wrote lacks the newer keys)."""
+        return cls(str(entry.get("workflow", "?")), str(entry.get("label") or entry.get("node") or "?"),
+                   int(entry.get("pid", 0)), float(entry.get("since", time.time())), str(entry.get("checkout", "")),
+                   str(entry.get("store", "")))
+
+    def describe(self) -> str:
+        where = [f"checkout {self.checkout}"] if self.checkout else []
+        where += [f"store {self.store}"] if self.store else []
+        return f"{self.workflow} ({', '.join([self.step, f'pid {self.pid}', *where])})"
 
 
 class Queue:
@@ -180,25 +251,29 @@ class Queue:
             self._leave_queue(state)
 
     def acquire(self, name: str, limit: int, holder: str, deadline: float | None = None,
-                waiting: Callable[[str], None] | None = None) -> float:
-        """Take a slot of semaphore `name` for node `holder` (which has joined the queue), waiting until
-        this run is at the front; the seconds waited. `waiting(who)` is called once if it has to wait, with
-        who holds the slots. WaitExpired if `deadline` (epoch seconds) passes first. Either way the node
-        has left the queue."""
+                waiting: Callable[[tuple[Holder, ...]], None] | None = None, label: str = "") -> float:
+        """Take a slot of semaphore `name` for node `holder` (which has joined the queue; `label`: what it
+        does, for the messages of runs that wait behind it), waiting until this run is at the front; the
+        seconds waited. `waiting(holders)` is called when it has to wait, and again whenever the holders
+        change: the other runs' steps that hold the slots (none: runs ahead of it in the queue hold none
+        yet). WaitExpired if `deadline` (epoch seconds) passes first. Either way the node has left the
+        queue."""
         began = time.time()
         entry = {k: v for k, v in asdict(self.owner).items() if k != "run"}
-        told = False
+        told: tuple[Holder, ...] | None = None
         try:
             while True:
                 with self._state(name) as state:
                     if len(state["holders"]) < limit and self._front(state) == self.owner.run:
-                        state["holders"][f"{self.owner.run}/{holder}"] = {**entry, "node": holder, "since": time.time()}
+                        state["holders"][f"{self.owner.run}/{holder}"] = {
+                            **entry, "node": holder, "label": label, "since": time.time()}
                         self._leave_queue(state)
                         return time.time() - began
-                    holders = sorted({(h["workflow"], h["pid"]) for h in state["holders"].values()})
-                if waiting is not None and not told:
-                    told = True
-                    waiting(", ".join(f"{w} (pid {p})" for w, p in holders) or "runs ahead of it in the queue")
+                    holders = tuple(sorted((Holder.of(h) for key, h in state["holders"].items()
+                                            if not key.startswith(f"{self.owner.run}/")), key=lambda h: h.since))
+                if waiting is not None and holders != told:
+                    told = holders
+                    waiting(holders)
                 left = None if deadline is None else deadline - time.time()
                 if left is not None and left <= 0:
                     raise WaitExpired(name)

@@ -97,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                               project_root=project_root, parallelism=parallelism,
                               semaphores=semaphores, fork_server=not args.no_fork_server and engine is None,
                               max_backoff_s=args.max_backoff, log=console.log, events=console.event,
-                              engine=engine, argo_version=args.argo_version, priority=args.priority)
+                              engine=engine, argo_version=args.argo_version, priority=args.priority, label=labels)
     except BadInput as e:  # refused before any step ran: no folder stays behind
         shutil.rmtree(workdir, ignore_errors=True)
         raise with_hint(e, templates) from None
@@ -159,13 +159,17 @@ def _reuse_line(result, store) -> str | None:
 
 
 _CELL_NODE = re.compile(r"cell\(\d+:([0-9a-f]{16}(?:,[0-9a-f]{16})*)\)(?:\.([\w-]+))?$")
+_MADE_NODE = re.compile(r"(prepare-data|build-checkpoint)\(\d+:([0-9a-f]{16}(?:,[0-9a-f]{16})*)\)$")
+_PLAN_TABLE = {"prepare-data": "datasets", "build-checkpoint": "checkpoints"}
 
 
 class CellLabels:
-    """Names a study's cell nodes (`cell(i:ID1,ID2,…)` and its steps) by what they run: `variant · task ·
+    """Names a study's nodes by what they do: a cell (`cell(i:ID1,ID2,…)`) by what it runs, `variant · task ·
     seed N` (`· after TASK` for a sequential run, the model where the study has several), the first run's
-    and `+N more` for a pod of several runs, `finetune of …` for its steps. From the study's plan in the
-    store, found at the first cell node by its run ids; None for any other node, or without a plan."""
+    and `+N more` for a pod of several runs, `finetune of …` for its steps; a dataset it prepares
+    (`preparing sst2`, the tokenizer's model where the study has several) and a checkpoint it builds
+    (`building reversed`, the model where the study has several). From the study's plan in the store, found
+    by the ids in the node's name; None for any other node, or without a plan."""
 
     def __init__(self, store, study: str):
         self.store, self.study = store, study
@@ -178,29 +182,38 @@ class CellLabels:
         return self._labels[node]
 
     def _label(self, node: str) -> str | None:
-        match = _CELL_NODE.match(node)
+        made = _MADE_NODE.match(node)
+        match = made or _CELL_NODE.match(node)
         if match is None:
             return None
-        ids = match.group(1).split(",")
-        if self.plan is None or not self._holds(self.plan, ids):
-            self.plan = self._find(ids)
+        table = _PLAN_TABLE[made.group(1)] if made else "cells"
+        ids = match.group(2 if made else 1).split(",")
+        if self.plan is None or not self._holds(self.plan, table, ids):
+            self.plan = self._find(table, ids)
             if self.plan is None:
                 return None
-        cells = self.plan.cells(ids)
+        try:
+            if made:
+                return _made_label(self.plan, table, ids[0])
+            cells = self.plan.cells(ids)
+        except (BadInput, KeyError, TypeError, ValueError):  # a label is a courtesy: never a reason to fail
+            return None
         several_models = len({c["model"] for c in self.plan.doc["cells"]}) > 1
         label = _cell_label(cells[0], several_models) + (f" +{len(cells) - 1} more" if len(cells) > 1 else "")
         return f"{match.group(2)} of {label}" if match.group(2) else label
 
     @staticmethod
-    def _holds(plan, ids: list[str]) -> bool:
+    def _holds(plan, table: str, ids: list[str]) -> bool:
+        if table != "cells":
+            return all(i in (plan.doc.get(table) or {}) for i in ids)
         try:
             plan.cells(ids)
         except BadInput:
             return False
         return True
 
-    def _find(self, ids: list[str]):
-        """The study's plan holding these runs: its newest plan.json that does."""
+    def _find(self, table: str, ids: list[str]):
+        """The study's plan holding these ids (runs, datasets or checkpoints): its newest plan.json that does."""
         from bertology.steps.planned import Plan
 
         try:
@@ -208,11 +221,29 @@ class CellLabels:
             for key in sorted(keys, key=self.store.modified, reverse=True):
                 _, _, study_id, _ = key.rsplit("/", 3)
                 plan = Plan(self.study, study_id, self.store.read_json(key))
-                if self._holds(plan, ids):
+                if self._holds(plan, table, ids):
                     return plan
         except (OSError, ValueError, KeyError, BadInput):  # a label is a courtesy: never a reason to fail
             return None
         return None
+
+
+def _made_label(plan, table: str, spec_id: str) -> str:
+    """`preparing TASK` for a dataset (`for MODEL`, the tokenizer's, where the plan has several), `building
+    VARIANT` for a checkpoint (the variant of a cell that starts from it; `MODEL VARIANT` where the plan has
+    several models)."""
+    from bertology.spec import CheckpointSpec
+
+    if table == "datasets":
+        spec = plan.doc["datasets"][spec_id]
+        several = len({d.get("tokenizer") for d in plan.doc["datasets"].values()}) > 1
+        return f"preparing {spec['task']}" + (f" for {spec.get('tokenizer')}" if several else "")
+    spec = plan.doc["checkpoints"][spec_id]
+    several = len({c.get("model") for c in plan.doc["checkpoints"].values()}) > 1
+    variants = [c["variant"] for c in plan.doc.get("cells") or []
+                if CheckpointSpec.from_dict(c["run"]["checkpoint"]).id == spec_id]
+    what = variants[0] if variants else "checkpoint"
+    return f"building {spec['model'] + ' ' if several or not variants else ''}{what}"
 
 
 def _cell_label(cell, several_models: bool) -> str:
