@@ -186,7 +186,7 @@ def test_the_cost_of_a_fused_study_is_at_the_fused_rate_once_measured(tmp_path, 
         assert line == f"{counted}; fused (fuse 2): not measured yet; {solo}"
     else:
         assert line == (f"{counted}; {work.sequences / fused_rate / 3600:.2g} GPU-hours fused (fuse 2) at "
-                        f"2,000 seq/s (GPU, measured 2026-12-01)")
+                        f"2,000 seq/s in all (GPU, measured 2026-12-01)")
     alone = _cost(tmp_path / "alone", monkeypatch, tiny(), fused_rate)  # a study that does not fuse: solo first
     assert re.search(r"; [\d.e-]+ GPU-hours solo at 500 seq/s \(GPU, measured 2026-12-01\); ", alone)
     assert "(fuse 2)" not in alone
@@ -194,14 +194,14 @@ def test_the_cost_of_a_fused_study_is_at_the_fused_rate_once_measured(tmp_path, 
 
 def test_a_dry_run_passes_fuse_through_the_workflow_to_plan(tmp_path, capsys):
     """`-p fuse=2` reaches plan through the study template (its argv), the plan records it, and the cost line
-    says the fused rate is not measured yet."""
+    prices the runs fused."""
     code = main(["run", str(REPO / "workflows" / "reversed-layers.yaml"), "--dry-run", "--show", "1",
                  "--store", str(tmp_path), "-p", "preset=tiny", "-p", "seeds=[1]", "-p", "fuse=2"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "fuse=2" in out and "; fused (fuse 2): not measured yet; " in out
-    plan = json.loads(next(tmp_path.glob("studies/reversed-layers/*/plan.json")).read_text())
-    assert plan["execution"]["fuse"] == 2 and {c["run"]["regime"]["fused"] for c in plan["cells"]} == {True}
+    # the cost line reads the plan's execution (fuse 2); a dry run writes no plan into the store
+    assert "fuse=2" in out and re.search(r"^cost: .*fused \(fuse 2\)", out, re.MULTILINE)
+    assert not list(tmp_path.rglob("plan.json"))
 
 
 def test_a_fused_studys_report_says_its_runs_were_trained_fused(tmp_path):

@@ -198,6 +198,8 @@ def test_hub_ids_go_straight_to_from_pretrained_without_remote_code(monkeypatch)
     monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", fake("config"))
     monkeypatch.setattr(BertForPreTraining, "from_pretrained", fake("model"))
     monkeypatch.setattr(AutoTokenizer, "from_pretrained", fake("tokenizer"))
+    monkeypatch.setattr("huggingface_hub.constants.is_offline_mode", lambda: False)
+    monkeypatch.setattr("bertology.models.hub_unreachable", lambda: None)  # as where the hub answers
     model, tokenizer = load_pretrained(parse_model_ref("hf:google-bert/bert-base-uncased@v1"))
     assert isinstance(model, BertModel) and tokenizer == "tokenizer"
     assert [(kind, source) for kind, source, _ in calls] == [
@@ -233,6 +235,7 @@ def test_hub_failures_become_bad_input_or_transient(monkeypatch):
         return SimpleNamespace(headers={}, request=None, status_code=status)
 
     monkeypatch.setattr("huggingface_hub.constants.is_offline_mode", lambda: False)
+    monkeypatch.setattr("bertology.models.hub_unreachable", lambda: None)  # the hub answers, then fails
     for cause, expected in ((RepositoryNotFoundError("404", response=response(404)), "not found or not accessible"),
                             (GatedRepoError("403", response=response(403)), "is gated"),
                             (RemoteEntryNotFoundError("404 config.json", response=response(404)), "lacks a file")):

@@ -1,5 +1,5 @@
 """What a study costs on a GPU (bertology.study.cost): the `cost:` line of `bertology run --dry-run`, counted
-from the plan it wrote, and the measured rates file it prices the study at."""
+from its plan, and the measured rates file it prices the study at, by the way its pods train."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from bertology import tasks
+from bertology.canonical import canonical_json
 from bertology.cli import main
 from bertology.data import subset_indices
 from bertology.errors import BadInput
@@ -29,11 +30,18 @@ def _dry_run(capsys, store: Path, *params: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def _runs_of_plan(store: Path) -> dict[str, dict]:
+def _cells(*params: str) -> list[dict]:
+    """The cells plan makes of the study with these parameters (a dry run stores no plan), as plan writes them."""
+    doc = yaml.safe_load(SEQUENTIAL.read_text())
+    given = {p["name"]: str(p["value"]) for p in doc["spec"]["arguments"]["parameters"]}
+    spec, _ = StudySpec.from_params(given.pop("study"), {**given, **dict(p.split("=", 1) for p in params)})
+    return [json.loads(canonical_json(c)) for c in spec.cells()]
+
+
+def _runs_of_plan(cells: list[dict]) -> dict[str, dict]:
     """The plan's distinct runs, each cell's and its intermediate run's, by their JSON (no ids computed)."""
-    (plan,) = store.glob("studies/sequential-finetune/*/plan.json")
     runs = {}
-    for cell in json.loads(plan.read_text())["cells"]:
+    for cell in cells:
         run = cell["run"]
         while run is not None:
             runs.setdefault(json.dumps({k: v for k, v in run.items() if k != "after"}, sort_keys=True)
@@ -56,23 +64,31 @@ def test_a_dry_run_prints_the_runs_sequences_and_gpu_hours_of_its_plan(tmp_path,
     the printed runs and sequences are the plan's cells', counted here from the stored plan and the data
     itself, an intermediate run once; the GPU-hours are at the rates file's solo rate, with its device and
     date; fused is not measured yet. The cost comes before the argv."""
-    code, out, err = _dry_run(capsys, tmp_path / "store", "preset=tiny", "fraction=0.25", "epochs=1", "seeds=[1]")
+    params = ("preset=tiny", "fraction=0.25", "epochs=1", "seeds=[1]")
+    code, out, err = _dry_run(capsys, tmp_path / "store", *params)
     assert code == 0, err
     match = COST.search(out)
     assert match, out
-    runs = _runs_of_plan(tmp_path / "store")
+    cells = _cells(*params)
+    runs = _runs_of_plan(cells)
     assert {r["regime"]["epochs"] for r in runs.values()} == {1}
     assert {r["dataset"]["fraction"] for r in runs.values()} == {0.25}
     sequences = sum(_trained_rows(r["dataset"]) * r["regime"]["epochs"] for r in runs.values())
     assert int(match[1].replace(",", "")) == len(runs) and match[2] is None
     assert int(match[3].replace(",", "")) == sequences
-    cells = len(json.loads(next((tmp_path / "store").glob("studies/*/*/plan.json")).read_text())["cells"])
-    assert len(runs) < cells + sum(1 for r in runs.values() if r.get("after"))  # intermediates shared, counted once
+    assert len(runs) < len(cells) + sum(1 for r in runs.values() if r.get("after"))  # intermediates counted once
     rates = json.loads(cost.RATES_FILE.read_text())
     hours = sequences / rates["solo_seq_per_s"] / 3600
-    assert match[4] == (f"{hours:.2g} GPU-hours solo at {rates['solo_seq_per_s']:,.0f} seq/s ({rates['device']}, "
-                        f"measured {rates['measured']}; {rates['workload']}); fused: not measured yet")
+    solo = (f"{hours:.2g} GPU-hours solo at {rates['solo_seq_per_s']:,.0f} seq/s ({rates['device']}, "
+            f"measured {rates['measured']}; {rates['workload']})")
+    fused = sequences / rates["fused_seq_per_s"] / 3600
+    assert match[4] == f"{solo}; {fused:.2g} GPU-hours fused at {rates['fused_seq_per_s']:,.0f} seq/s"
     assert out.index("cost: ") < out.index("python -m jobs.plan")
+    # runs side by side are priced at their own rate, which no GPU has measured yet: said, with the solo figure
+    code, out, err = _dry_run(capsys, tmp_path / "store", *params, "gpu_concurrency=2")
+    assert code == 0, err
+    assert rates["side_by_side_seq_per_s"] is None
+    assert COST.search(out)[4] == f"side by side (gpu_concurrency 2): not measured yet; {solo}"
 
 
 def test_a_malformed_rates_file_is_named_in_the_cost_line_not_a_traceback(tmp_path, capsys, monkeypatch):
@@ -115,8 +131,10 @@ def test_a_bad_rates_file_is_one_line_naming_the_file_and_what_it_must_hold(tmp_
 def test_the_packaged_rates_are_the_last_gpu_measurement():
     rates = cost.load_rates()
     assert (rates.device, rates.measured, rates.solo_seq_per_s, rates.fused_seq_per_s) == (
-        "NVIDIA H200", "2026-11-26", 651.0, None)
-    assert "| fixed 128 | 651 |" in (REPO / "docs" / "measurements.md").read_text()  # where it is written up
+        "NVIDIA H200", "2026-11-28", 2706.0, 1784.0)
+    assert (rates.side_by_side_seq_per_s, rates.compiled_seq_per_s) == (None, None)  # not measured yet
+    page = (REPO / "docs" / "measurements.md").read_text()  # where they are written up
+    assert "| fixed 128 | 1,604 | 3.3 s | 2,706 |" in page and "| fused, CUDA graphs | 8 | 1,784 |" in page
 
 
 def test_every_task_has_a_hub_training_size_and_subsets_as_prepare_data_does():

@@ -173,6 +173,7 @@ def load_config(ref: ModelRef) -> PretrainedConfig:
     from transformers import AutoConfig
 
     check_model_ref(ref)
+    check_hub_reachable(ref)
     source = _source(ref)
     with _hub_errors(ref):
         try:
@@ -248,6 +249,7 @@ def load_tokenizer(ref: ModelRef) -> PreTrainedTokenizerFast:
         tokenizer.model_max_length = tiny_config(ref.location).max_position_embeddings
         return tokenizer
     check_model_ref(ref)
+    check_hub_reachable(ref)
     with _hub_errors(ref):
         return AutoTokenizer.from_pretrained(_source(ref), revision=ref.revision, trust_remote_code=False)
 
@@ -368,6 +370,88 @@ def _source(ref: ModelRef) -> str:
     if ref.kind == "package":
         return str(packaged_model_dir(ref.location))
     raise ValueError(f"model reference {str(ref)!r} of kind {ref.kind!r} must be materialised to a directory")
+
+
+# How to do without the hub, appended to "cannot be reached" (a caller that knows the exact parameter
+# passes its own: `bertology run` names the study's).
+HUB_WAYS_OUT = ("without the hub, a study runs with -p preset=tiny (or demo), or on a local or cached model "
+                "given as dir:PATH")
+
+
+def check_hub_reachable(ref: ModelRef, ways_out: str = HUB_WAYS_OUT) -> None:
+    """A hub model that is not cached, where the hub cannot be reached from here, is bad input (one line
+    naming the model and `ways_out`), at once: HF_HUB_OFFLINE is set, or the hub's host (or the proxy's)
+    is not known to DNS or refuses the connection. Those do not heal by retrying within minutes, so the
+    download's own retries and the step's would only delay the same answer. Anything else (a slow answer,
+    a 5xx or a timeout later, mid-download) is left to the download, and is transient as before."""
+    if ref.kind != "hub" or hub_cached(ref):
+        return
+    from huggingface_hub.constants import is_offline_mode
+
+    why = ("HF_HUB_OFFLINE=1 forbids downloading it: download it first, or unset HF_HUB_OFFLINE"
+           if is_offline_mode() else hub_unreachable())
+    if why is not None:
+        raise BadInput(f"hub model {str(ref)!r} cannot be reached ({why}) and is not in the local Hugging Face "
+                       f"cache; {ways_out}")
+
+
+def hub_cached(ref: ModelRef) -> bool:
+    """Whether the local Hugging Face cache holds the model's config.json (at its revision)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(ref.location, "config.json", revision=ref.revision)
+    except (ValueError, OSError):
+        return False
+    return isinstance(found, str)
+
+
+def hub_unreachable(timeout: float = 1.5) -> str | None:
+    """Why the hub endpoint (or the HTTPS proxy that reaches it) cannot be reached, when that is certain
+    at once: its host name does not resolve (a temporary DNS failure is asked again once, half a second
+    later), or every address refuses the connection or has no route. None when it answers, and when it is
+    only slow (a timeout: the download decides, and retries)."""
+    import errno
+    import socket
+    import time
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    from huggingface_hub.constants import ENDPOINT
+
+    endpoint = urlsplit(ENDPOINT)
+    host, port = endpoint.hostname or "", endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    proxy = urllib.request.getproxies().get(endpoint.scheme or "https")
+    what = host
+    if proxy and not urllib.request.proxy_bypass(host):
+        proxied = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host, port, what = proxied.hostname or "", proxied.port or 80, f"proxy {proxied.hostname}"
+    for attempt in (1, 2):
+        try:
+            addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            break
+        except socket.gaierror as e:
+            if e.errno == socket.EAI_AGAIN and attempt == 1:
+                time.sleep(0.5)
+                continue
+            return f"{what}: {e.strerror or e}"
+    else:
+        return None
+    refused = []
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as sock:
+            sock.settimeout(timeout)
+            try:
+                sock.connect(address)
+                return None
+            except TimeoutError:
+                return None
+            except OSError as e:
+                if e.errno not in (errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL,
+                                   errno.EAFNOSUPPORT):
+                    return None
+                refused.append(f"{what}: {e.strerror or e}")
+    return refused[0] if refused else None
 
 
 @contextmanager

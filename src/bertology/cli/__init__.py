@@ -45,7 +45,7 @@ __all__ = ["build_parser", "entry", "main"]
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # bad flags are bad input: one line, exit 2
-        raise BadInput(f"{self.prog}: {message}")
+        raise BadInput(f"{self.prog}: {message}{_parameter_hint(message)}")
 
     def _check_value(self, action, value):  # argparse's own message, with the closest choice first
         if action.choices is not None and value not in action.choices:
@@ -53,6 +53,32 @@ class _Parser(argparse.ArgumentParser):
             hint = f"did you mean {match!r}?; " if match is not None else ""
             raise argparse.ArgumentError(action, f"invalid choice: {value!r} ({hint}choose from "
                                                  f"{', '.join(map(repr, action.choices))})")
+
+
+def _parameter_hint(message: str) -> str:
+    """`--preset tiny` (or `--preset=tiny`) where a workflow parameter was meant: how -p gives it."""
+    words = message.removeprefix("unrecognized arguments: ").split(" ") if "unrecognized arguments: " in message \
+        else []
+    if not words or not words[0].startswith("--") or len(words[0]) < 3:
+        return ""
+    name, sep, value = words[0][2:].partition("=")
+    if not sep:
+        value = words[1] if len(words) > 1 and not words[1].startswith("-") else "VALUE"
+    from bertology.study import PARAMS
+
+    if name.replace("-", "_") not in PARAMS:
+        return ""
+    return f" (a workflow parameter is set with -p: did you mean -p {name.replace('-', '_')}={value}?)"
+
+
+def _at_least_zero(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (allowed: 0 or more)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative (allowed: 0 or more)")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dry-run", action="store_true",
                    help="run only plan, then print what the study costs on a GPU (runs, training sequences, "
                         "GPU-hours at the last measured rate) and the argv each pod would get, as Argo substitutes it")
-    r.add_argument("--show", type=int, default=3, metavar="N", help="pods shown per task with --dry-run (default 3)")
+    r.add_argument("--show", type=_at_least_zero, default=3, metavar="N", help="pods shown per task with --dry-run (default 3)")
     r.add_argument("--tracker", default=None, metavar="NAME",
                    help="track each fine-tune in wandb, mlflow or tensorboard (sets -p tracker=NAME; default: none)")
     r.add_argument("--templates", default=None, help="WorkflowTemplate directory (default: beside the workflow)")

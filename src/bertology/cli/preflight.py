@@ -90,7 +90,7 @@ def check_parameters(workflow: Workflow, params: dict[str, str]) -> None:
     for name in params:
         if name not in workflow.declared:
             listed = choices(name, workflow.declared, "declared")
-            raise BadInput(f"unknown parameter '{name}' for {workflow.label} ({listed}; Argo would accept it and "
+            raise BadInput(f"unknown parameter '{name}' for {workflow.source.path} ({listed}; Argo would accept it and "
                            f"ignore it)")
 
 
@@ -116,8 +116,47 @@ def check_study(workflow: Workflow, params: dict[str, str], project_root: Path) 
         spec, _ = StudySpec.from_params(given["study"].strip(), raw)
         check_deadlines(spec.deadlines)
         check_names(spec)
+        from bertology.argo.validate import validate_or_raise
+
+        validate_or_raise(workflow.source.path, workflow_templates(workflow))  # the file's own faults first
+        check_hub(spec)
     finally:
         os.chdir(here)
+
+
+def workflow_templates(workflow: Workflow) -> Path | None:
+    """The templates directory the workflow's WorkflowTemplates were read from, if any."""
+    paths = {source.path.parent for source in workflow.library.values()}
+    return next(iter(paths)) if len(paths) == 1 else None
+
+
+def check_hub(spec) -> None:
+    """Each hub model the study reads (after its preset), where it is not cached and the hub cannot be
+    reached from here (bertology.models.check_hub_reachable): one line naming it, and the parameter that
+    gives a local or cached model in its place, before anything is made, instead of the download's and the
+    plan step's retries."""
+    from bertology import models
+
+    wanted: dict[str, str] = {}  # model -> the parameter it comes from
+    for variant in spec.variants:
+        for model in spec.models:
+            wanted.setdefault(spec.model_of(model, variant), "variants" if variant.model else "models")
+        reference = spec.regime_of(variant).reference
+        if reference:
+            wanted.setdefault(reference, "reference")
+        for step in variant.interventions:
+            donor = step.params_dict.get("donor")
+            if isinstance(donor, str):
+                wanted.setdefault(donor, "variants")
+    for text, param in wanted.items():
+        try:
+            ref = models.parse_model_ref(text)
+        except BadInput:
+            continue  # plan names a malformed reference itself
+        example = ("-p models='[\"dir:PATH\"]'" if param == "models" else
+                   f"-p {param}=… naming dir:PATH in its place")
+        models.check_hub_reachable(ref, f"run offline with -p preset=tiny, or give a local or cached model: "
+                                        f"{example}")
 
 
 def plan_arguments(workflow: Workflow, params: dict[str, str]) -> dict[str, str | None] | None:

@@ -35,7 +35,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     workflow = Path(args.workflow)
     if not workflow.is_file():
-        raise BadInput(f"workflow file '{workflow}' not found")
+        raise BadInput(f"workflow file '{workflow}' not found{_study_hint(args.workflow)}")
     params = {**parameter_file(args.parameter_file), **parse_pairs(args.p, "-p")}  # -p wins, as in Argo
     if args.tracker is not None:
         params["tracker"] = args.tracker
@@ -140,6 +140,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         why = result.message or (errors[0] if errors else f"exit code {result.exit_code}")
         print(f"{what} failed: {why} (step logs in {workdir})", file=sys.stderr, flush=True)
     return result.exit_code
+
+
+def _study_hint(text: str) -> str:
+    """`bertology run reversed-layers`: a study's name where its file was meant."""
+    from bertology.cli.catalogue import _default_workflows
+
+    name = Path(text).name.removesuffix(".yaml").removesuffix(".yml")
+    for directory in (Path("workflows"), _default_workflows()):
+        if (directory / f"{name}.yaml").is_file():
+            return f" (did you mean {directory / (name + '.yaml')}? `bertology studies` lists the studies)"
+    return " (`bertology studies` lists the studies: bertology run workflows/STUDY.yaml)"
 
 
 def _reuse_line(result, store) -> str | None:

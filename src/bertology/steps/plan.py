@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
+from pathlib import Path
 
 from bertology import tasks, tiny_pretrain
 from bertology.errors import BadInput, TooSmall
@@ -26,6 +28,10 @@ from bertology.study.checks import check_names
 from bertology.variants import Variant
 
 log = logging.getLogger("bertology")
+
+# Set by `bertology run --dry-run`: plan writes nothing into the store (no plan.json, no tiny BERT) and
+# puts the plan it would have written in this file instead, where the dry run reads it.
+DRY_RUN_PLAN_ENV = "BERTOLOGY_DRY_RUN_PLAN"
 
 # BERT-large: the deepest BERT of Google's release and of any report here (bound of _beyond_every_bert).
 DEEPEST_BERT = {"num_hidden_layers": 24, "num_attention_heads": 16, "hidden_size": 1024, "intermediate_size": 4096}
@@ -170,7 +176,11 @@ def plan_study(store: Store, spec: StudySpec, changes: list[str] = ()) -> dict:
             "cells": [json.loads(canonical_json(c)) for c in cells],
             "datasets": {d.id: json.loads(canonical_json(d)) for c in cells for d in _datasets_of(c.run)},
             "checkpoints": {c.run.checkpoint.id: json.loads(canonical_json(c.run.checkpoint)) for c in cells}}
-    store.write_json(planned.plan_key(spec.name, spec.id), plan)
+    dry_run = os.environ.get(DRY_RUN_PLAN_ENV)
+    if dry_run:
+        Path(dry_run).write_text(json.dumps(plan, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    else:
+        store.write_json(planned.plan_key(spec.name, spec.id), plan)
 
     keys = {c.run.id: [results_key(t, spec.name, c.run.id) for t in CELL_TABLES] for c in cells}
     # by listing only: each result's size against its receipt (bertology.results.receipts)
@@ -231,6 +241,6 @@ def run(store: Store, args) -> None:
     for change in changes:
         log.info("preset %s: %s", spec.preset, change)
     baseline = open_store(args.baseline_store).uri if (args.baseline_store or "").strip() else ""
-    if TINY_BERT in canonical_json(spec):  # built here, once, before parallel steps would each build it
-        tiny_pretrain.ensure(store)
+    if TINY_BERT in canonical_json(spec) and not os.environ.get(DRY_RUN_PLAN_ENV):
+        tiny_pretrain.ensure(store)  # built here, once, before parallel steps would each build it
     write_outputs(args.outputs, {**plan_study(store, spec, changes), "baseline_store": baseline})

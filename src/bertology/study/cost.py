@@ -20,9 +20,11 @@ model the GPU-hours are an upper bound. A run's fixed overhead (process start, l
 included either: it depends on how the runs are packed into pods and was measured for one run size only.
 
 The rates (`measured_rates.json` beside this module) are the last ones measured on a GPU, with the device,
-the date and where the measurement is written up: `solo_seq_per_s`, one run per GPU, and
-`fused_seq_per_s`, several runs trained as one stacked model (the sequences of all its runs per second;
-null until measured). After the next GPU measurement, edit that file.
+the date and where the measurement is written up, one per way a pod trains its runs, each the sequences of
+all its runs per second: `solo_seq_per_s`, one run at a time; `fused_seq_per_s`, several runs trained as one
+stacked model (`fuse`); `side_by_side_seq_per_s`, several runs side by side on CUDA streams
+(`gpu_concurrency`); `compiled_seq_per_s`, one run with `compile: true`. All but the solo rate are null until
+measured. After the next GPU measurement, edit that file.
 """
 
 from __future__ import annotations
@@ -47,8 +49,11 @@ TRAIN_SIZES = {
     "qnli": 104_743, "rte": 2_490, "wnli": 635, "squad2": 130_319,
     "mlm-nl": HUB_CORPUS_LINES - 2 * (HUB_CORPUS_LINES // 10),  # 80/10/10 carve of the first 100k sentences
 }
+# The rates of the other ways a pod trains, each null until measured.
+OPTIONAL_RATES = ("fused_seq_per_s", "side_by_side_seq_per_s", "compiled_seq_per_s")
 RATES_EXPECTED = ("a JSON object with device (text), measured (a date, YYYY-MM-DD), source (text), "
-                  "solo_seq_per_s (a number > 0) and fused_seq_per_s (a number > 0, or null until measured)")
+                  "solo_seq_per_s (a number > 0) and fused_seq_per_s, side_by_side_seq_per_s and "
+                  "compiled_seq_per_s (each a number > 0, or null until measured)")
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,8 @@ class Rates:
     solo_seq_per_s: float
     fused_seq_per_s: float | None
     workload: str = ""
+    side_by_side_seq_per_s: float | None = None
+    compiled_seq_per_s: float | None = None
 
 
 def subset_rows(rows: int, fraction: float | None, count: int | None) -> int:
@@ -150,9 +157,9 @@ def load_rates(path: Path | None = None) -> Rates:
     except ValueError:
         raise bad(f"'measured' is {doc['measured']!r}, not a date") from None
     rates = {}
-    for key in ("solo_seq_per_s", "fused_seq_per_s"):
+    for key in ("solo_seq_per_s", *OPTIONAL_RATES):
         value = doc.get(key)
-        if value is None and key == "fused_seq_per_s":
+        if value is None and key in OPTIONAL_RATES:
             rates[key] = None
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:

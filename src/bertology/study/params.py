@@ -253,7 +253,8 @@ def typed_param(name: str, text: str) -> Any:
         return float(value)
     if kind in ("json-list", "int-list"):
         if not isinstance(value, list):
-            raise BadInput(f"parameter '{name}' must be a JSON list such as [\"a\", \"b\"], got {text!r}")
+            example = "[1, 2, 3]" if kind == "int-list" else '["a", "b"]'
+            raise BadInput(f"parameter '{name}' must be a JSON list such as {example}, got {text!r}")
         want = int if kind == "int-list" else str
         bad = [v for v in value if isinstance(v, bool) or not isinstance(v, want)]
         if bad:
