@@ -173,7 +173,8 @@ images: $(STAMP)  ## bertology-cpu and bertology-train with podman or docker (BA
 ## (IMAGE_TAG: the chart's appVersion) and pushed; prints each image's digest and the helm values that pull it by
 ## that digest (images.train.repository, images.train.digest, images.cpu.repository, images.cpu.digest).
 ## REGISTRY=HOST[:PORT][/PATH] is required (log in to it first: podman login / docker login);
-## TLS_VERIFY=false for a registry without TLS (podman)
+## TLS_VERIFY=false for a registry without TLS (podman). Offline, the default BASE=public stops in one line
+## before any build (its base cannot be pulled): BASE=local builds on a Debian base made here instead.
 TLS_VERIFY ?= true
 push: $(STAMP)  ## the images, pushed to REGISTRY=HOST[/PATH]; prints the helm values that pull them by digest
 	$(PY) -m bertology.images push --registry '$(if $(filter file,$(origin REGISTRY)),,$(REGISTRY))' \

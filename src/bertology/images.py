@@ -181,6 +181,23 @@ def local_base(engine: str, log=print) -> str:
     return ref
 
 
+def pull_base(engine: str, ref: str, log=print) -> None:
+    """The public base `ref`, pulled unless the engine has it already, before any image is built on it: where
+    no registry can be reached (offline, a proxy, a blocked registry), one line naming the base and BASE=local,
+    rather than the build's own failure after its long command line."""
+    if image_id(engine, ref):
+        return
+    log(f"pulling the base {ref}")
+    pulled = subprocess.run([*engine_command(engine), "pull", "--quiet", ref] if engine == "podman"
+                            else [engine, "pull", "--quiet", ref], check=False, capture_output=True, text=True)
+    if pulled.returncode != 0:
+        lines = (pulled.stderr.strip() or pulled.stdout.strip()).splitlines()
+        reason = lines[-1].removeprefix("Error: ").removeprefix("Error response from daemon: ") if lines else ""
+        raise RuntimeError(f"the base image {ref} cannot be pulled ({engine} pull exit {pulled.returncode}"
+                           f"{': ' + reason if reason else ''}); use BASE=local, a Debian base made here with "
+                           "mmdebstrap (podman; no registry but Debian's)")
+
+
 def host_pip(workdir: Path) -> tuple[list[str], str]:
     """This machine's pip settings for a build: `-v` options mounting one pip.conf merged from them at
     /etc/pip.conf, and every local path they name (find-links, file:// indexes, constraints, the CA bundle)
@@ -224,7 +241,7 @@ def build(root: Path, *, engine: str, base: str = "public", train_torch: str | N
                        "do (docker build has no volumes); use podman, or BASE=public")
     base_ref = local_base(engine, log) if base == "local" else PUBLIC_BASE
     base_id = image_id(engine, base_ref) if base == "local" else base_ref
-    built = {}
+    built, pulled = {}, False
     with tempfile.TemporaryDirectory(prefix="bertology-images-") as tmp:
         mounts, pip_conf = host_pip(Path(tmp)) if base == "local" else ([], "")
         for image, name in IMAGES.items():
@@ -236,6 +253,9 @@ def build(root: Path, *, engine: str, base: str = "public", train_torch: str | N
             if image_id(engine, ref):
                 log(f"{ref}: up to date (tree {tree}, torch {torch})")
             else:
+                if base == "public" and not pulled:  # once, before the first build: its FROM
+                    pull_base(engine, base_ref, log)
+                    pulled = True
                 log(f"{ref}: building (tree {tree}, base {base_ref}, torch {torch})")
                 command = [*engine_command(engine), "build", "--network", "host", *ulimits(), *mounts,
                            "-f", dockerfile(image), "-t", ref, "--label", f"{TREE_LABEL}={tree}",

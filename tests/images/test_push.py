@@ -1,7 +1,8 @@
 """`make push` against a real registry on loopback: Debian's `docker-registry` (the distribution server most
 registries run), plain HTTP on 127.0.0.1, a fresh store per test. What the registry then serves is checked
 through its own API (the catalog, each repository's tags, the manifest digest of a HEAD), the printed helm
-values are rendered by the real helm binary, and bad input is refused in one line before anything is built.
+values are rendered by the real helm binary, and each image is pulled back by the digest printed for it. Bad
+input is refused in one line before anything is built, and so is a public base no registry serves here.
 The images are the ones `make test-images` built (BASE=local ENGINE=podman), as in test_images.py.
 """
 
@@ -75,10 +76,10 @@ def registry(tmp_path):
         log.close()
 
 
-def make(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("REGISTRY", "IMAGE_TAG", "TLS_VERIFY", "MAKEFLAGS")}
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+def make(*args: str, timeout: int = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    kept = {k: v for k, v in os.environ.items() if k not in ("REGISTRY", "IMAGE_TAG", "TLS_VERIFY", "MAKEFLAGS")}
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO, env={**kept, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def said(stderr: str) -> list[str]:
@@ -113,17 +114,42 @@ def test_bad_input_is_one_line_before_anything_is_built(variables, line):
     assert time.monotonic() - started < 60
 
 
+def test_a_public_base_that_cannot_be_pulled_is_one_line_before_anything_is_built(tmp_path):
+    """`make push` with the default BASE=public where no registry can be reached (here every HTTP(S) request
+    goes to a proxy that refuses it, as offline): one line naming the base and BASE=local, exit 1, before
+    any image is built, instead of the build's failure and its long command line."""
+    if images.image_id("podman", images.PUBLIC_BASE):
+        pytest.skip(f"{images.PUBLIC_BASE} is already here: nothing needs pulling")
+    refused = "http://127.0.0.1:9"  # the discard port: nothing listens on loopback there
+    offline = {name: refused for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")}
+    started = time.monotonic()
+    done = make("push", "REGISTRY=127.0.0.1:5000/bertology", "TLS_VERIFY=false", "ENGINE=podman", timeout=300,
+                env={**offline, "NO_PROXY": "", "no_proxy": ""})
+    assert done.returncode == 2, done.stdout + done.stderr  # make's own status for a failed recipe
+    [line] = said(done.stderr)
+    assert line.startswith(f"error: the base image {images.PUBLIC_BASE} cannot be pulled (podman pull exit "), line
+    assert line.endswith("); use BASE=local, a Debian base made here with mmdebstrap (podman; no registry but "
+                         "Debian's)"), line
+    assert "connection refused" in line  # podman's own reason, its last line
+    assert f"pulling the base {images.PUBLIC_BASE}" in done.stdout
+    assert ": building (" not in done.stdout and "STEP 1" not in done.stdout + done.stderr
+    assert time.monotonic() - started < 120
+
+
 def test_make_push_publishes_both_images_and_prints_the_values_that_pull_them(registry):
     """The README's `make push REGISTRY=registry.example.com/ml`, with a registry on loopback in place of
     registry.example.com/ml (TLS_VERIFY=false: it serves plain HTTP) and the build variables the images were
     built with, so nothing is rebuilt. The registry then lists both repositories with the chart's appVersion as
     their tag; the digest printed for each is the one the registry serves for that tag (Docker-Content-Digest
     of a HEAD), names a manifest whose bytes hash to it and whose config is the image built here; and the helm
-    values printed, given to `helm template` as they stand, make every step pod pull REGISTRY/NAME@DIGEST."""
+    values printed, given to `helm template` as they stand, make every step pod pull REGISTRY/NAME@DIGEST. Each
+    image then pulls back by that reference, as a node does (`podman pull REGISTRY/NAME@DIGEST`: podman checks the
+    manifest it gets against the digest), and is the image built here (its layers are already here: no copy)."""
     assert HELM, "helm is not installed (make test-images puts it in .venv/bin)"
     built = {key: images.find_image("podman", name, images.tree_hash(REPO, key)) for key, name in images.IMAGES.items()}
     assert all(built.values()), f"no image for this tree: run `make images BASE=local` first ({built})"
     target = f"{registry}/bertology"
+    printed: dict[str, str] = {}
     started = time.monotonic()
     done = make("push", f"REGISTRY={target}", "TLS_VERIFY=false", *BUILT_AS)
     took = time.monotonic() - started
@@ -159,7 +185,22 @@ def test_make_push_publishes_both_images_and_prints_the_values_that_pull_them(re
         pulled = {t["container"]["image"] for d in yaml.safe_load_all(rendered.stdout)
                   if d and d["kind"] == "WorkflowTemplate" for t in d["spec"]["templates"] if "container" in t}
         assert pulled == {f"{target}/{name}@{printed[name]}" for name in images.IMAGES.values()}
-    finally:  # the local names the push gave the images, and only those (untag IMAGE alone drops every name)
+
+        for key, name in images.IMAGES.items():
+            by_digest = f"{target}/{name}@{printed[name]}"
+            started = time.monotonic()
+            pull = subprocess.run([*images.engine_command("podman"), "pull", "--quiet", "--tls-verify=false",
+                                   by_digest], capture_output=True, text=True, timeout=600, check=False)
+            assert pull.returncode == 0, pull.stderr
+            print(f"podman pull {by_digest}: {time.monotonic() - started:.1f} s")
+            assert pull.stdout.strip() == images.image_id("podman", built[key])
+            inspected = subprocess.run([*images.engine_command("podman"), "image", "inspect", "--format",
+                                        "{{json .RepoDigests}}", by_digest], capture_output=True, text=True,
+                                       check=True)
+            assert by_digest in json.loads(inspected.stdout)
+    finally:  # the local names the push and the pulls gave the images, and only those (untag IMAGE alone drops
+        # every name)
         for name in images.IMAGES.values():
-            ref = f"{target}/{name}:{APP_VERSION}"
-            subprocess.run([*images.engine_command("podman"), "untag", ref, ref], check=False, capture_output=True)
+            refs = [f"{target}/{name}:{APP_VERSION}", *([f"{target}/{name}@{printed[name]}"] if name in printed else [])]
+            for ref in refs:
+                subprocess.run([*images.engine_command("podman"), "untag", ref, ref], check=False, capture_output=True)
