@@ -97,14 +97,14 @@ def test_summary_and_layout_are_mean_sd_n_in_variant_order():
     # paired by seed against a: differences -0.4 and -0.2, so t = -0.3 / (0.1414 / sqrt 2) = -3, 1 dof
     assert b["delta"] == pytest.approx(-0.3) and b["p_value"] == pytest.approx(scipy.stats.ttest_rel(
         [0.5, 0.7], [0.9, 0.9]).pvalue, rel=1e-12)
-    assert b["ci_low"] == pytest.approx(0.5) and b["ci_high"] == pytest.approx(0.7)  # resampled means of 2
+    assert b["ci_low"] is None and b["ci_high"] is None  # of 2 runs the percentile interval is the runs: none
     assert delta_table(s, ["a", "b"], "a").row(0) == ("m", "rte", "validation", "accuracy",
                                                           f"-0.300 (p={b['p_value']:.3g}; BH p={b['p_value']:.3g})")
     assert b["p_bh"] == b["p_value"]  # one comparison: nothing to adjust
     table = main_table(s, ["a", "b", "c"], expected_n=3)
     assert table.columns == ["model", "task", "split", "metric", "a", "b", "c"]
-    assert table.row(0) == ("m", "rte", "validation", "accuracy", "0.900 ± 0.000 [0.900, 0.900] (n=2 of 3)",
-                            "0.600 ± 0.141 [0.500, 0.700] (n=2 of 3)", "—")
+    assert table.row(0) == ("m", "rte", "validation", "accuracy", "0.900 (runs 0.900, 0.900; n=2 of 3)",
+                            "0.600 (runs 0.500, 0.700; n=2 of 3)", "—")
 
 
 def test_aggregate_reads_the_plan_and_lists_missing_runs(tmp_path, capsys):
@@ -119,7 +119,7 @@ def test_aggregate_reads_the_plan_and_lists_missing_runs(tmp_path, capsys):
         publish(store, "runs", c, _metrics(v))
     aggregate(store, "toy", "abc")
     out = capsys.readouterr().out
-    assert "| m | rte | validation | accuracy | 0.700 ± 0.141 [0.600, 0.800] (n=2) | 0.500 ± — (n=1 of 2) |" in out
+    assert "| m | rte | validation | accuracy | 0.700 (runs 0.600, 0.800; n=2) | 0.500 (n=1 of 2) |" in out
     assert "| m | rte | validation | accuracy | -0.200 |" in out  # one common seed: no p-value
     assert "Missing runs (1 of 4)" in out and cells[3].run.id in out
     long = pl.from_arrow(store.read_parquet("studies/toy/abc/tables/main.parquet"))

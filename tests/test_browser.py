@@ -4,6 +4,7 @@ test's "no problems in report.html" (tests/test_e2e.py) means something."""
 from __future__ import annotations
 
 import struct
+import time
 
 import pytest
 
@@ -67,3 +68,60 @@ def test_a_missing_chromium_is_named(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BrowserMissing, match="make chromium"):
         find_chromium()
+
+
+# -- a study report as a reader opens it ------------------------------------------------------------------
+
+READ = """(() => {
+  const h1 = document.querySelector('h1');
+  const verdict = document.querySelector('#verdict-the-report-vs-this-run table');
+  const figure = document.querySelector('figure');
+  const main = document.querySelector('#main-table table');
+  const marks = [...document.querySelectorAll('figure g[id^="report-"]')].map(g => {
+    const r = g.getBoundingClientRect(); return [g.id, r.width, r.height]; });
+  return {h1: h1 && h1.textContent, firstH2: document.querySelector('h2').textContent,
+          verdictFirst: !!(verdict && figure && (verdict.compareDocumentPosition(figure) & Node.DOCUMENT_POSITION_FOLLOWING)),
+          verdictRows: verdict ? verdict.rows.length - 1 : 0, main: main ? main.innerText : '',
+          legend: figure ? [...figure.querySelectorAll('text')].map(t => t.textContent) : [], marks};
+})()"""
+
+
+def _read_in_browser(chromium, page) -> dict:
+    """What READ finds on the page, loaded in a fresh tab of the session's Chromium."""
+    target = chromium._send("Target.createTarget", {"url": page.as_uri()})["targetId"]
+    session = chromium._send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+    try:
+        for _ in range(100):  # until the document has loaded
+            found = chromium._send("Runtime.evaluate", {"expression": "document.readyState", "returnByValue": True},
+                                   session)["result"].get("value")
+            if found == "complete":
+                break
+            time.sleep(0.05)
+        return chromium._send("Runtime.evaluate", {"expression": READ, "returnByValue": True}, session)["result"]["value"]
+    finally:
+        chromium._send("Target.closeTarget", {"targetId": target})
+
+
+def test_a_study_report_opens_with_its_title_and_verdict_and_draws_the_reports_numbers(chromium, tmp_path):
+    """reversed-layers with two seeds per variant on CoLA: the first heading is the study's title, the
+    verdict table comes before the first figure, the main table prints no interval for n = 2 (the two runs
+    instead), and the main figure carries the report's printed values as markers."""
+    from test_paper_numbers import reversed_layers_on_cola
+
+    from bertology.results.report import build_report, html
+    from bertology.results.study_results import load_study_results
+    from bertology.store import open_store
+
+    store = open_store(f"file://{tmp_path}")
+    reversed_layers_on_cola(store, "00000000000000dd", seeds=(1, 2))
+    report = build_report(load_study_results(store, "reversed-layers", "00000000000000dd"))
+    page = tmp_path / "report.html"
+    page.write_text(html(report))
+    assert chromium.open(page).problems == []
+    seen = _read_in_browser(chromium, page)
+    assert seen["h1"] == "Layer reversal"  # the workflow's title, not the study id
+    assert seen["firstH2"] == "Verdict: the report vs this run" and seen["verdictFirst"] and seen["verdictRows"] == 3
+    assert "0.595 (runs 0.590, 0.600; n=2)" in seen["main"]
+    assert "[" not in seen["main"]  # no interval for n < 3
+    assert "report" in seen["legend"]
+    assert [m[0] for m in seen["marks"]] == ["report-0"] and all(w > 0 and h > 0 for _, w, h in seen["marks"])

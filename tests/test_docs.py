@@ -45,7 +45,8 @@ BLOCK = re.compile(r"^(?P<indent>[ \t]*)(?:<!-- (?P<marker>[^\n]*?) -->\n(?:[ \t
                    r"```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```", re.DOTALL | re.MULTILINE)
 DEMO_RUN = ("workflows/reversed-layers.yaml", "-p", "preset=demo", "-p", "seeds=[1]", "-p", "count=64",
             "-p", "epochs=1", "-p", "eval_count=100", "-p", "max_length=20")
-STATUSES = ("holds", "holds (within CI overlap)", "tie", "violated (within CI overlap)", "violated")
+STATUSES = ("holds", "holds, not significant", "holds, untested (n < 3)", "tie", "violated, not significant",
+            "violated, untested (n < 3)", "violated")
 
 sys.path.insert(0, str(REPO / "docs"))
 import study_pages

@@ -231,7 +231,7 @@ def test_orderings_hold_overlap_violate_or_are_not_run():
     assert status[("Table 1/CoLA", "Pre-trained > Layers Reversed")] == "holds"
     assert status[("Table 1/CoLA", "Layers Reversed > Clean")] == "holds"
     assert status[("Table 1/CoLA", "Pre-trained > Clean")] == "holds"  # asserted, though not adjacent
-    assert status[("Table 1/RTE", "Pre-trained > Layers Reversed")] == "violated (within CI overlap)"  # 0.64 < 0.66
+    assert status[("Table 1/RTE", "Pre-trained > Layers Reversed")] == "violated, not significant"  # 0.64 < 0.66
     assert status[("Table 1/RTE", "Layers Reversed > Clean")] == "holds"
     assert status[("Table 1/SST-2", "Pre-trained > Layers Reversed")] == "not run"
     # WNLI 0.58 > 0.56 = 0.56: two pairs, none between the tied cells, and 2 points is within the report's 3
@@ -239,7 +239,7 @@ def test_orderings_hold_overlap_violate_or_are_not_run():
     assert sorted(wnli["ordering"]) == ["Pre-trained > Clean", "Pre-trained > Layers Reversed"]
     assert set(wnli["claim"]) == {"below the stated spread"} and not wnli["asserted"].any()
     asserted = int(orderings["asserted"].sum())
-    assert pc.verdict(orderings) == f"5 of 6 asserted orderings hold (1 violated within CI overlap; {asserted - 6} not run)"
+    assert pc.verdict(orderings) == f"5 of 6 asserted orderings hold (1 violated, not significant; {asserted - 6} not run)"
     assert set(orderings["quantity"]) == {"best"}
 
 
@@ -261,7 +261,7 @@ def test_a_single_run_table_is_compared_with_our_mean_and_judged_on_it():
     best = best.with_columns(pl.lit("mrpc").alias("task"), pl.lit("f1").alias("metric"))
     mrpc = pc.compare_orderings(pc.compare_cells("layer-removal", pc.our_values(summary, best=best)))
     status = {o["ordering"]: (o["status"], o["mixed"]) for o in mrpc.filter(pl.col("status") != "not run").iter_rows(named=True)}
-    assert status == {"remove/Last 6 > remove/Every 2": ("holds (within CI overlap)", False)}  # the means decide
+    assert status == {"remove/Last 6 > remove/Every 2": ("holds, not significant", False)}  # the means decide
 
 
 def test_an_ordering_between_a_best_run_and_one_run_says_so():
@@ -282,28 +282,32 @@ def test_an_ordering_between_a_best_run_and_one_run_says_so():
     # SST-2 in Table 6: Pre-trained 0.92 > Oracle 0.84 > Shuffled 0.83 > Clean 0.51; the report does not put
     # the oracle above the shuffled embeddings (§5.2: "hit or miss"), so that pair is shown but not counted
     assert {k: (o["quantity"], o["quantity_lower"], o["mixed"], o["status"], o["asserted"]) for k, o in by.items()} == {
-        "Pre-trained > Oracle": ("best", "single", True, "holds", True),
+        "Pre-trained > Oracle": ("best", "single", True, "holds, untested (n < 3)", True),  # the oracle ran once
         "Pre-trained > Shuffled": ("best", "best", False, "holds", True),
         "Pre-trained > Clean": ("best", "best", False, "holds", True),
-        "Oracle > Shuffled": ("single", "best", True, "violated", False),  # 0.70 against the best of 0.81
-        "Oracle > Clean": ("single", "best", True, "holds", True),
+        "Oracle > Shuffled": ("single", "best", True, "violated, untested (n < 3)", False),  # 0.70 against the best of 0.81
+        "Oracle > Clean": ("single", "best", True, "holds, untested (n < 3)", True),
         "Shuffled > Clean": ("best", "best", False, "holds", True),
     }
     assert pc.quantity_label("best", "single") == "best run vs one run"
     assert pc.quantity_label("best", "best") == "best run"
-    assert pc.verdict(orderings) == ("5 of 5 asserted orderings hold (1 mixed: best run vs one run; "
+    assert pc.verdict(orderings) == ("5 of 5 asserted orderings hold (2 of them untested (n < 3); "
+                                     "1 mixed: best run vs one run; "
                                      "1 mixed: one run vs best run)")
 
 
 def test_overlapping_intervals_and_single_seeds():
     a = {"ours": 0.6, "ci_low": 0.5, "ci_high": 0.7, "model": "x", "our_model": "x"}
-    assert pc.ordering_status(a, {**a, "ours": 0.55, "ci_low": 0.45, "ci_high": 0.65}) == "holds (within CI overlap)"
+    assert pc.ordering_status(a, {**a, "ours": 0.55, "ci_low": 0.45, "ci_high": 0.65}) == "holds, not significant"
     assert pc.ordering_status(a, {**a, "ours": 0.8, "ci_low": 0.75, "ci_high": 0.85}) == "violated"
     one = {**a, "ci_low": None, "ci_high": None}  # one seed: the means decide
     assert pc.ordering_status(one, {**one, "ours": 0.59}) == "holds"
     assert pc.ordering_status(one, {**one, "ours": None}) == "not run"
-    orderings = pl.DataFrame({"status": ["holds", "holds (within CI overlap)", "violated"]})
-    assert pc.verdict(orderings) == "2 of 3 orderings hold (1 within CI overlap; 1 violated)"
+    two = {**one, "n": 2}  # two runs: no interval, so the order is not tested
+    assert pc.ordering_status(two, {**two, "ours": 0.59}) == "holds, untested (n < 3)"
+    assert pc.ordering_status({**two, "ours": 0.5}, {**two, "ours": 0.59}) == "violated, untested (n < 3)"
+    orderings = pl.DataFrame({"status": ["holds", "holds, not significant", "violated"]})
+    assert pc.verdict(orderings) == "2 of 3 orderings hold (1 of them not significant; 1 violated)"
 
 
 def test_a_tie_is_a_tie_and_the_headline_counts_every_status():
@@ -312,10 +316,10 @@ def test_a_tie_is_a_tie_and_the_headline_counts_every_status():
     a = {"ours": 0.509, "ci_low": 0.50, "ci_high": 0.52, "model": "x", "our_model": "x"}
     assert pc.ordering_status(a, dict(a)) == "tie"
     assert pc.ordering_status({**a, "ci_low": None, "ci_high": None}, {**a, "ci_low": None, "ci_high": None}) == "tie"
-    statuses = ["holds", "holds (within CI overlap)", "holds (within CI overlap)", "tie", "tie",
-                "violated (within CI overlap)", "violated", "not run", "not run", "not run"]
+    statuses = ["holds", "holds, not significant", "holds, not significant", "tie", "tie",
+                "violated, not significant", "violated", "not run", "not run", "not run"]
     line = pc.verdict(pl.DataFrame({"status": statuses}))
-    assert line == ("3 of 7 orderings hold (2 within CI overlap; 2 ties; 1 violated within CI overlap; "
+    assert line == ("3 of 7 orderings hold (2 of them not significant; 2 ties; 1 violated, not significant; "
                     "1 violated; 3 not run)")
     assert pc.verdict(pl.DataFrame({"status": ["tie"]})) == "0 of 1 orderings hold (1 tie)"
 
@@ -341,16 +345,21 @@ def test_stand_in_models_compare_orderings_only():
 
 def _study(root) -> None:
     """reversed-layers on CoLA with 3 seeds, bert-base-uncased: pre-trained > reversed > clean."""
-    store = open_store(f"file://{root}")
+    reversed_layers_on_cola(open_store(f"file://{root}"), "00000000000000cc", seeds=(1, 2, 3))
+
+
+def reversed_layers_on_cola(store, study_id: str, seeds: tuple[int, ...]) -> None:
+    """A stored reversed-layers plan on CoLA (bert-base-uncased, glue-dir data) and its runs' rows, one per
+    variant and seed: pre-trained 0.58, reversed 0.15, clean 0.01, each plus 0.01 × the seed."""
     chains = {"pre-trained": (), "reversed": (Intervention("reverse-layers"),),
               "clean": (Intervention("reinit", (("scope", "all"),)),)}
     cells = [Cell("reversed-layers", v, EN, RunSpec(CheckpointSpec(EN, chain), DatasetSpec("cola", "glue-dir:x", EN), seed=s))
-             for v, chain in chains.items() for s in (1, 2, 3)]
-    spec = {"preset": "paper", "models": [EN], "seeds": [1, 2, 3], "source": "glue-dir:x", "max_length": 128,
+             for v, chain in chains.items() for s in seeds]
+    spec = {"preset": "paper", "models": [EN], "seeds": list(seeds), "source": "glue-dir:x", "max_length": 128,
             "tasks": ["cola"], "regime": {"name": "full", "lr": 2e-5, "batch_size": 32, "epochs": 3},
             "variants": [{"name": v} for v in chains]}
-    store.write_json("studies/reversed-layers/00000000000000cc/plan.json", {
-        "study": "reversed-layers", "study_id": "00000000000000cc", "spec": spec, "cells": [c.to_dict() for c in cells]})
+    store.write_json(f"studies/reversed-layers/{study_id}/plan.json", {
+        "study": "reversed-layers", "study_id": study_id, "spec": spec, "cells": [c.to_dict() for c in cells]})
     level = {"pre-trained": 0.58, "reversed": 0.15, "clean": 0.01}
     for c in cells:
         publish(store, "runs", c, pa.Table.from_pylist([{
@@ -362,7 +371,17 @@ def _study(root) -> None:
 def test_the_report_section_renders_and_the_report_command_prints_the_verdict(tmp_path, capsys):
     _study(tmp_path)
     report = build_report(load_study_results(open_store(f"file://{tmp_path}"), "reversed-layers", "00000000000000cc"))
-    section = next(s for s in report.sections if s.title == "The report vs this run")
+    # the verdict first: the asserted orderings this run tested, before the main table and its figure
+    first = report.sections[0]
+    assert first.title == "Verdict: the report vs this run" and report.sections[1].title == "Main table"
+    assert first.note.startswith("**3 of 3 asserted orderings hold (24 not run).**")
+    ((_, verdict_table),) = first.tables
+    assert verdict_table.columns == ["group", "ordering", "quantity", "report", "this run", "status"]
+    assert verdict_table["status"].to_list() == ["holds"] * 3
+    assert verdict_table["this run"][0] == "0.610 vs 0.180 ([0.590, 0.610] vs [0.160, 0.180])"  # 3 runs: the means' intervals
+    # the report's printed values on the main figure, beside our means
+    assert '<g id="report-0">' in html(report) and "\u25c6" not in html(report)
+    section = next(s for s in report.sections if s.title == "The report vs this run: every number and claim")
     assert section.note.startswith("3 of 3 asserted orderings hold (")
     assert "0.03 in Table 1, stated at line 397" in section.note
     (asserted, shown), (pairs, all_pairs) = section.tables[1:]
@@ -484,14 +503,14 @@ def test_es_above_en_on_mnli_m_is_not_asserted_and_wnli_within_the_spread_neithe
 def test_the_verdict_counts_only_the_asserted_orderings():
     from bertology.results.summary import tested_orderings
 
-    statuses = [("holds", True), ("holds (within CI overlap)", True), ("violated", True), ("not run", True),
+    statuses = [("holds", True), ("holds, not significant", True), ("violated", True), ("not run", True),
                 ("violated", False), ("violated", False), ("holds", False), ("tie", False), ("not run", False)]
     orderings = pl.DataFrame({
         "group": [f"g{i}" for i in range(len(statuses))], "ordering": ["A > B"] * len(statuses),
         "quantity": ["best"] * len(statuses), "quantity_lower": ["best"] * len(statuses),
         "mixed": [False] * len(statuses), "ours_higher": [0.6] * len(statuses), "ours_lower": [0.5] * len(statuses),
         "status": [s for s, _ in statuses], "asserted": [a for _, a in statuses]})
-    assert pc.verdict(orderings) == "2 of 3 asserted orderings hold (1 within CI overlap; 1 violated; 1 not run)"
+    assert pc.verdict(orderings) == "2 of 3 asserted orderings hold (1 of them not significant; 1 violated; 1 not run)"
     assert tested_orderings(orderings)["group"].to_list() == ["g0", "g1", "g2"]
     unasserted = orderings.with_columns(pl.lit(False).alias("asserted"))
     assert pc.verdict(unasserted) == "the report asserts no ordering for this study"

@@ -56,16 +56,18 @@ all-pairs view (`all_pairs`: each cell of a printed value above each cell of the
 value, asserted or not). The rule for our results, per ordering A > B
 (`ordering_status`), judged on the report's quantity (`ours`), shown with our means' intervals:
 - "not run": A or B has no result of ours, or both map to the same result (stand-ins merged two models);
-- "holds": our A > our B, and the bootstrap 95% intervals of their means are disjoint, or either has
-  none (fewer than 2 seeds: the values decide alone);
-- "holds (within CI overlap)": our A > B but the intervals overlap;
+- "holds": our A > our B, and the bootstrap 95% intervals of their means are disjoint, or either is a
+  number without runs to spread it (a measurement, a count: the values decide);
+- "holds, not significant": our A > B but the intervals overlap;
+- "holds, untested (n < 3)": our A > B, but a side has fewer than 3 runs, so no interval to test it;
 - "tie": our A = B exactly (two runs at the majority class, typically): the report's order is neither
   reproduced nor reversed;
-- "violated (within CI overlap)": our A < B, intervals overlapping;
+- "violated, not significant": our A < B, intervals overlapping;
+- "violated, untested (n < 3)": our A < B, a side with fewer than 3 runs;
 - "violated": our A < B, intervals disjoint or absent.
 The verdict counts the asserted orderings only, the first two statuses as holding, and names how many of each
-other status there are: "12 of 14 asserted orderings hold (3 within CI overlap; 1 tie; 1 violated; 4 not
-run)"; the study report lists the all-pairs view apart, asserted or not.
+other status there are: "12 of 14 asserted orderings hold (3 of them not significant; 1 tie; 1 violated;
+4 not run)"; the study report lists the all-pairs view apart, asserted or not.
 
 Each side is judged on its own cell's quantity, as the report printed it. Where the report's table sets
 two quantities side by side (the monolingual report's Table 6 sets Table 1's best of three runs beside the
@@ -91,7 +93,10 @@ from bertology.results import stats
 
 KEYS = ("model", "task", "split", "metric", "variant", "intermediate", "layer", "head", "over", "index", "step")
 ORDERED = ("mean", "best", "single", "value", "curve")  # quantities whose cells take part in orderings
-HOLDS = ("holds", "holds (within CI overlap)")
+HOLDS = ("holds", "holds, not significant", "holds, untested (n < 3)")
+VIOLATED = ("violated", "violated, not significant", "violated, untested (n < 3)")
+# The statuses of tables stored before the wording above, as they read now
+OLD_STATUSES = {"holds (within CI overlap)": HOLDS[1], "violated (within CI overlap)": VIOLATED[1]}
 OURS = {"ours": pl.Float64, "ours_mean": pl.Float64, "ours_sd": pl.Float64, "n": pl.Int64, "ci_low": pl.Float64,
         "ci_high": pl.Float64}
 # What each quantity is, as the study report's table says it
@@ -294,24 +299,27 @@ def ordering_status(a: dict, b: dict) -> str:
         return "not run"
     overlap = (None not in (a["ci_low"], a["ci_high"], b["ci_low"], b["ci_high"])
                and a["ci_low"] <= b["ci_high"] and b["ci_low"] <= a["ci_high"])
+    untested = any(c.get("n") is not None and c["n"] < stats.MIN_INTERVAL_RUNS
+                   and None in (c.get("ci_low"), c.get("ci_high")) for c in (a, b))
     if a["ours"] > b["ours"]:
-        return "holds (within CI overlap)" if overlap else "holds"
+        return HOLDS[2] if untested else HOLDS[1] if overlap else HOLDS[0]
     if a["ours"] == b["ours"]:
         return "tie"
-    return "violated (within CI overlap)" if overlap else "violated"
+    return VIOLATED[2] if untested else VIOLATED[1] if overlap else VIOLATED[0]
 
 
 def verdict(orderings: pl.DataFrame) -> str:
     """One line on the orderings the report asserts (all, for a table stored before they were told apart):
     "12 of 14 asserted orderings hold", then every other count, so that they add up: how many of those hold
-    only within CI overlap, how many tie, how many are violated (within CI overlap, or not), how many of the
+    without significance (our intervals overlap), how many tie, how many are violated (significantly or not), how many of the
     tested ones compare two quantities (the report's best run against its one run), and how many the run
     could not test. Pairs the report does not assert are not counted: they are shown apart."""
     told = "asserted" in orderings.columns
     if told:
         orderings = orderings.filter(pl.col("asserted"))
     noun = "asserted orderings" if told else "orderings"
-    status = orderings["status"] if "status" in orderings.columns else pl.Series([], dtype=pl.String)
+    status = (orderings["status"].replace(OLD_STATUSES) if "status" in orderings.columns
+              else pl.Series([], dtype=pl.String))
     tested = int((status != "not run").sum())
     held = int(status.is_in(HOLDS).sum())
     not_run = int((status == "not run").sum())
@@ -319,7 +327,8 @@ def verdict(orderings: pl.DataFrame) -> str:
         return (f"no {noun.removesuffix('s')} of the report could be tested ({not_run} not run)" if not_run
                 else f"the report {'asserts' if told else 'states'} no ordering for this study")
     counts = {label: int((status == s).sum()) for s, label in (
-        (HOLDS[1], "within CI overlap"), ("tie", "tie"), ("violated (within CI overlap)", "violated within CI overlap"),
+        (HOLDS[1], "of them not significant"), (HOLDS[2], "of them untested (n < 3)"), ("tie", "tie"),
+        (VIOLATED[1], "violated, not significant"), (VIOLATED[2], "violated, untested (n < 3)"),
         ("violated", "violated"))}
     details = [f"{n} {label}{'s' if label == 'tie' and n > 1 else ''}" for label, n in counts.items() if n]
     if "mixed" in orderings.columns:
@@ -350,8 +359,9 @@ def section_note(cells: pl.DataFrame, verdict: str) -> str:
             "of its text states it (the line is cited), or a table the text ranks prints A more than the report's "
             f"run-to-run spread above B ({_spreads(cells)}). Pairs the report calls equal, pairs within the spread "
             "and pairs no sentence covers are not asserted: they are in the all-pairs table, apart, and not in the "
-            "verdict. An ordering is judged on the report's quantity and holds when our A is above our B, \"within "
-            "CI overlap\" when the bootstrap 95% intervals of our two means overlap (rule: "
+            "verdict. An ordering is judged on the report's quantity and holds when our A is above our B; \"not "
+            "significant\" when the bootstrap 95% intervals of our two means overlap, so the order could be noise; "
+            "\"untested (n < 3)\" when a side has fewer than 3 runs, so no interval (rule: "
             "bertology.results.paper_comparison).")
 
 

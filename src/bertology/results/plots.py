@@ -30,12 +30,15 @@ MAX_PANELS = 12  # a figure's panels beyond these are left out (their numbers ar
 MAX_ANNOTATED_CELLS = 400
 MAX_BARS = 12  # variants a panel draws as bars; more are drawn as points with intervals
 PANEL_SIZE = (4.4, 3.2)  # inches
+INTERVAL_PANEL_WIDTH = 3.4  # inches, the least: a few variants' bars need no more, and two panels fit a narrow page
 LEGEND_WIDTH = 2.2  # inches
 FONT = 10  # points: no text is smaller
 TITLE_FONT = 11
 LOG_METRICS = ("perplexity",)  # metrics drawn on a log axis
-NOT_SIGNIFICANT = "n.s."
-BASELINE = "baseline (dashed)"  # the legend entry of the unmodified model's lines  # the mark of a heat-map cell whose interval includes 0
+NOT_SIGNIFICANT = "n.s."  # the mark of a heat-map cell whose interval includes 0
+BASELINE = "baseline (dashed)"  # the legend entry of the unmodified model's lines
+REPORT = "report"  # the legend entry of the values the study's paper printed, drawn beside ours
+REPORT_COLOR = "tab:red"
 
 
 def svg(fig: Figure | None, name: str) -> str | None:
@@ -66,11 +69,13 @@ def heat_map(values: np.ndarray, rows: list[str], columns: list[str], *, name: s
 
 
 def interval_figure(data: pl.DataFrame, *, panel: str, metric: str = "metric",
-                    baseline: str | None = None) -> Figure | None:
+                    baseline: str | None = None, report: str | None = None) -> Figure | None:
     """The main result: one panel per distinct `panel` value (the first MAX_PANELS), the variants along x
-    in the frame's order, each its `mean` with its 95% interval (`ci_low`, `ci_high`) as a bar, or as a
-    point when there are more than MAX_BARS variants or the metric is on a log axis; the `baseline`
-    variant's mean as a dashed line across the panel. None when no variant has a mean."""
+    in the frame's order, each its `mean` with its 95% interval (`ci_low`, `ci_high`, where there is one)
+    as a bar, or as a point when there are more than MAX_BARS variants or the metric is on a log axis; the
+    `baseline` variant's mean as a dashed line across the panel; the `report` column's values (what the
+    study's paper printed for the same group) as red diamonds on the same axes, labelled REPORT, each
+    panel's in an SVG group `report-<panel index>`. None when no variant has a mean."""
     data = data.filter(pl.col("mean").is_not_null())
     if data.is_empty():
         return None
@@ -78,7 +83,7 @@ def interval_figure(data: pl.DataFrame, *, panel: str, metric: str = "metric",
     variants = data["variant"].unique(maintain_order=True).to_list()
     points = len(variants) > MAX_BARS
     per_variant = 0.22 if points else 0.45
-    panel_width = max(PANEL_SIZE[0], 1.2 + per_variant * len(variants))
+    panel_width = max(INTERVAL_PANEL_WIDTH, 1.2 + per_variant * len(variants))
     columns = max(1, min(PANELS_PER_ROW, len(panels), int(14 // panel_width)))
     rows = math.ceil(len(panels) / columns)
     label_room = 0.1 * max(len(str(v)) for v in variants) + 0.5
@@ -102,6 +107,12 @@ def interval_figure(data: pl.DataFrame, *, panel: str, metric: str = "metric",
         else:
             ax.bar(xs, mean, color="tab:blue", alpha=0.75, width=0.7)
             ax.errorbar(xs, mean, yerr=error, fmt="none", ecolor="0.2", elinewidth=1, capsize=3)
+        printed = part.filter(pl.col(report).is_not_null()) if report is not None else part.clear()
+        if printed.height:
+            dots = ax.scatter([x[v] for v in printed["variant"]], printed[report].cast(pl.Float64).to_numpy(),
+                              marker="D", s=36, color=REPORT_COLOR, edgecolors="white", linewidths=0.8,
+                              zorder=4, label=REPORT)
+            dots.set_gid(f"report-{panels.index(title)}")
         base = part.filter(pl.col("variant") == baseline)["mean"] if baseline is not None else []
         if len(base):
             ax.axhline(base[0], color="0.3", linestyle="--", linewidth=1,
@@ -114,7 +125,10 @@ def interval_figure(data: pl.DataFrame, *, panel: str, metric: str = "metric",
     for ax in axes[len(panels):]:
         fig.delaxes(ax)
     _share_y(axes[:len(panels)], [data.filter(pl.col(panel) == t)[metric][0] for t in panels])
-    handles = dict(zip(*reversed(axes[0].get_legend_handles_labels())))
+    handles = {}
+    for ax in axes[:len(panels)]:  # the baseline's line and the report's diamonds, wherever a panel has them
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(text, handle)
     if handles:  # one legend for the figure, above the panels
         fig.legend(list(handles.values()), list(handles), loc="upper right", bbox_to_anchor=(1, 1),
                    fontsize=FONT, frameon=False)

@@ -29,6 +29,9 @@ from scipy import special
 from bertology.errors import BadInput, choices
 from bertology.tasks.registry import LOWER_IS_BETTER
 
+# The fewest runs a bootstrap interval is given for: the percentile interval of two runs' mean is the two
+# runs themselves, which reads as a confidence interval and is none.
+MIN_INTERVAL_RUNS = 3
 # Columns a group is made of besides `by`; they cannot be grouping columns themselves.
 OWN = ("variant", "seed", "value")
 
@@ -40,7 +43,8 @@ def summarize(runs: pl.LazyFrame, *, by: Sequence[str], baseline: str | None, co
     - n, mean and sd (ddof 1, null for n = 1) of `value` over the group's seeds; a row without a number
       (null or NaN) is not a result, so a failed run shows as a smaller n, never as a NaN mean.
     - ci_low, ci_high: the `confidence` percentile bootstrap interval of the mean from `n_resamples`
-      resamples (as scipy.stats.bootstrap(method="percentile")), reproducible for a `seed`; null for n < 2.
+      resamples (as scipy.stats.bootstrap(method="percentile")), reproducible for a `seed`; null for n <
+      MIN_INTERVAL_RUNS (3): of two runs, the percentile interval is the two runs themselves.
     - p_value: two-sided paired t-test (scipy.stats.ttest_rel) of the variant against the `baseline`
       variant of the same `by` group, pairing runs by seed, on the n_pairs seeds both have (0 without a
       baseline group). Null for the baseline itself, for fewer than 2 pairs, and when all paired
@@ -57,6 +61,8 @@ def summarize(runs: pl.LazyFrame, *, by: Sequence[str], baseline: str | None, co
         raise BadInput(f"n_resamples must be an integer of at least 1 (e.g. 10000), got {n_resamples!r}")
     groups, _, values = _groups(runs, by, pl.col("value").mean().alias("mean"), pl.col("value").std().alias("sd"))
     low, high = bootstrap_intervals(values, confidence, n_resamples, seed)
+    few = np.sum(~np.isnan(values), axis=1) < MIN_INTERVAL_RUNS
+    low[few], high[few] = np.nan, np.nan
     stats = groups.select(*by, "variant", "n", "mean", "sd").with_columns(
         pl.Series("ci_low", low).fill_nan(None), pl.Series("ci_high", high).fill_nan(None))
     return stats.with_columns(_versus_baseline(stats, values, list(by), baseline))

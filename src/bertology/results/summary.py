@@ -15,7 +15,7 @@ import polars as pl
 
 from bertology.results.cells import mean_sd_n
 from bertology.results.labels import variant_labels
-from bertology.results.paper_comparison import quantity_label, verdict
+from bertology.results.paper_comparison import OLD_STATUSES, quantity_label, verdict
 from bertology.results.study_results import with_defaults
 from bertology.store import Store
 
@@ -70,7 +70,8 @@ def tested_orderings(orderings: pl.DataFrame) -> pl.DataFrame:
     """The orderings the report asserts that our results could test (not "not run"; those the verdict counts):
     the report's table and row or column (`group`), the ordering as the report names it, our two values of the
     quantity the report printed (e.g. the best run, for the monolingual report's Table 1;
-    paper_comparison.quantity_label), and whether it holds."""
+    paper_comparison.quantity_label), and whether it holds ("holds", "holds, not significant", "holds, untested
+    (n < 3)", "tie", "violated, not significant", "violated, untested (n < 3)", "violated"; a table stored with the older "(within CI overlap)" reads so)."""
     def ours(s: dict) -> str:
         return f"{s['ours_higher']:.3f} vs {s['ours_lower']:.3f} ({quantity_label(s['quantity'], s['quantity_lower'])})"
 
@@ -78,6 +79,7 @@ def tested_orderings(orderings: pl.DataFrame) -> pl.DataFrame:
         orderings = orderings.with_columns(pl.col("quantity").alias("quantity_lower"))
     if "asserted" in orderings.columns:  # else an aggregate from before asserted orderings were told apart
         orderings = orderings.filter(pl.col("asserted"))
+    orderings = orderings.with_columns(pl.col("status").replace(OLD_STATUSES))  # as worded now, if stored before
     return orderings.filter(pl.col("status") != "not run").select(
         "group", "ordering",
         pl.struct("ours_higher", "ours_lower", "quantity", "quantity_lower").map_elements(ours, return_dtype=pl.String).alias("ours"),

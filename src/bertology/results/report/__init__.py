@@ -1,10 +1,13 @@
 """The study report: which tables and plots a study gets (build_report), and their Markdown and HTML
 renderings (markdown, html).
 
-The layout follows from what the study varies, never from its name:
-- always: the main table (mean ± sd [95% interval] (n); variants as columns; with more than
-  MAX_VARIANT_COLUMNS variants a long form, one row per variant) and its figure (each variant's mean with
-  its interval, the unmodified model dashed), where the best epoch was chosen on the reported split, each
+The page opens with the study's title and what it reproduces (its workflow's header), its name and id
+small, and the verdict: the orderings the study's paper asserts, holding or violated here. The layout
+that follows comes from what the study varies, never from its name:
+- always: the main table (mean ± sd [95% interval] (n), the interval from 3 runs on, the runs themselves
+  below that; variants as columns; with more than MAX_VARIANT_COLUMNS variants a long form, one row per
+  variant) and its figure (each variant's mean with its interval, the unmodified model dashed, the
+  paper's printed values as markers labelled "report"), where the best epoch was chosen on the reported split, each
   variant's difference from the unmodified model with its paired p-value and the Benjamini–Hochberg
   adjusted one, and the runs that are missing or failed (never dropped silently);
 - variants with `layer` and `head` levels: the head deltas as layer × head matrices and heat maps, and
@@ -46,7 +49,7 @@ import polars as pl
 from bertology.results import analysis, conventions
 from bertology.results.labels import own_models
 from bertology.results.report import coverage, main_table, paper, sections
-from bertology.results.report.document import Report, Section, settings
+from bertology.results.report.document import Report, Section, settings, workflow_heading
 from bertology.results.report.render import html, markdown
 from bertology.results.study_results import StudyResults
 
@@ -57,10 +60,12 @@ Builder = Callable[[StudyResults, "pl.DataFrame | None", pl.DataFrame],
 
 # Every section builder, in the report's order, and what it needs: "runs", the runs table (a plan without
 # runs, the vocab-overlap study, has only its vocabulary and what is missing); "best of runs", that too,
-# and the study's paper or the caller asking for it. The order is the design (the main result first, then
-# what the study varies, what is missing or stood in, and the paper's numbers last), so it is listed here
-# rather than registered by the builders.
+# and the study's paper or the caller asking for it. The order is the design (the verdict on the report's
+# orderings first, what a reader came for; then the main result with the report's numbers on its figure, what
+# the study varies, what is missing or stood in, and every number and claim of the paper last), so it is
+# listed here rather than registered by the builders.
 SECTIONS: tuple[tuple[Builder, Literal["always", "runs", "best of runs"]], ...] = (
+    (paper.verdict, "always"),
     (main_table.main, "runs"),
     (main_table.best_of_runs, "best of runs"),
     (sections.heads, "runs"),
@@ -101,4 +106,5 @@ def build_report(results: StudyResults, *, best_of_runs: bool = False) -> Report
             more_sections, more_tables = builder(results, summary, levels)
             built += more_sections
             tables |= more_tables
-    return Report(results.name, results.study_id, settings(results.spec), tuple(built), tables)
+    title, question = workflow_heading(results.name)
+    return Report(results.name, results.study_id, settings(results.spec), tuple(built), tables, title, question)

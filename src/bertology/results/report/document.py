@@ -1,6 +1,6 @@
-"""What a report is, apart from how it is built or rendered: a title, the study's settings in one
-paragraph, and an ordered list of sections, each a note with tables (display text), figures (inline SVG)
-and items.
+"""What a report is, apart from how it is built or rendered: the study's title and what it does (from its
+workflow's header), its name and id, the study's settings in one paragraph, and an ordered list of
+sections, each a note with tables (display text), figures (inline SVG) and items.
 
 The section builders produce these and the renderers (render.py) only read them, so Markdown and HTML
 show the same content and a new section needs no change to either renderer.
@@ -9,6 +9,7 @@ show the same content and a new section needs no change to either renderer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
@@ -31,6 +32,52 @@ class Report:
     settings: str  # the study's settings in one paragraph
     sections: tuple[Section, ...]
     tables: dict[str, pl.DataFrame]  # analysis tables, written as tables/<name>.parquet
+    title: str = ""  # what the study is called ("Layer reversal"); the name where its workflow is not at hand
+    question: str = ""  # what it reproduces and does, from its workflow's header
+
+    @property
+    def heading(self) -> str:
+        return self.title or self.name
+
+
+def workflow_heading(name: str, directories: tuple[Path, ...] | None = None) -> tuple[str, str]:
+    """(title, question) of a study from the first sentence of its workflow's header comment, `Title (report,
+    table): what it does.`: ("Layer reversal", "Reproduces the monolingual report, Table 1: fine-tune …"); the
+    workflow is workflows/<name>.yaml of this checkout or the current directory. ("", "") where there is
+    none (a report rebuilt where no checkout is at hand)."""
+    directories = directories or (Path(__file__).resolve().parents[4] / "workflows", Path("workflows"))
+    path = next((d / f"{name}.yaml" for d in directories if (d / f"{name}.yaml").is_file()), None)
+    if path is None:
+        return "", ""
+    header = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.startswith("#") or not line.strip("# "):
+            break
+        header.append(line.lstrip("# ").strip())
+    text = " ".join(" ".join(header).split())
+    title, source, rest = text, "", ""
+    colon, start = text.find(": "), text.find(" (")
+    if 0 <= start < (colon if colon >= 0 else len(text)):  # `Title (report, table (a)): …`
+        depth = 0
+        for i in range(start + 1, len(text)):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            if depth == 0:
+                title, source, rest = text[:start], text[start + 2:i], text[i + 1:].removeprefix(":").strip()
+                break
+    elif colon >= 0:
+        title, rest = text[:colon], text[colon + 2:]
+    end = rest.find(". ")
+    rest = rest if end < 0 else rest[:end + 1]
+    if len(title) > 80:  # no `Title:` sentence: the name stands
+        return "", ""
+    what = rest[:1].upper() + rest[1:]
+    return title.strip(), (f"Reproduces the {source}" + (f": {rest}" if rest else ".") if source else what)
+
+
+def anchor(title: str) -> str:
+    """A section's id in report.html, from its title: "Verdict: the report vs this run" ->
+    "verdict-the-report-vs-this-run"."""
+    return "-".join("".join(c if c.isalnum() else " " for c in title.lower()).split())
 
 
 def figures_drawn(*figures: str | None) -> tuple[str, ...]:

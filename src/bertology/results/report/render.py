@@ -22,12 +22,15 @@ from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 from markupsafe import Markup
 
-from bertology.results.report.document import Report
+from bertology.results.report.document import Report, anchor
+
+SETTINGS = "Settings"  # the last section: the plan's settings in one paragraph
 
 
 def markdown(report: Report) -> str:
     """report.md: the sections in order, each table as a pipe table; figures are only in report.html."""
-    lines = [f"# {report.name} ({report.study_id})", "", report.settings, ""]
+    lines = [f"# {report.heading}", "", *([report.question, ""] if report.question else []),
+             f"Study `{report.name}`, id `{report.study_id}`", ""]
     for section in report.sections:
         lines += [f"## {section.title}", "", section.note, ""]
         for caption, table in section.tables:
@@ -35,6 +38,7 @@ def markdown(report: Report) -> str:
         lines += [f"- {item}" for item in section.items] + ([""] if section.items else [])
         if section.figures:
             lines += [f"({len(section.figures)} figure{'s' if len(section.figures) > 1 else ''} in report.html)", ""]
+    lines += [f"## {SETTINGS}", "", report.settings, ""]
     return "\n".join(lines)
 
 
@@ -111,3 +115,5 @@ _PAGES = jinja2.Environment(
     loader=jinja2.PackageLoader("bertology.results.report", "templates"), autoescape=True, finalize=_escaped,
     undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 _PAGES.filters["inline"] = inline_html
+_PAGES.filters["anchor"] = anchor
+_PAGES.globals["SETTINGS"] = SETTINGS
