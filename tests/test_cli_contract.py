@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -44,7 +43,7 @@ BAD_INPUT = {
                    "intervention 'flip-layers' is unknown; allowed: reverse-layers"),
     "report": (["report", "no-such-study", "--store", "{tmp}/store"], "no study 'no-such-study'"),
     "report --store": (["report", "reversed-layers", "--store", "ftp://host/x"], "unsupported store URI scheme 'ftp'"),
-    "submit": (["submit", str(WORKFLOW), "-p", "sead=1"], ("unknown parameter 'sead' for Workflow reversed-layers- "
+    "submit": (["submit", str(WORKFLOW), "-p", "sead=1"], (f"unknown parameter 'sead' for {WORKFLOW} "
                                                            "(did you mean 'seeds'?")),
     "watch": (["watch", "reversed-layers-x", "--kubeconfig", "{tmp}/missing"], "kubeconfig '{tmp}/missing' not found"),
     "results": (["results", "reversed-layers-x", "--kubeconfig", "{tmp}/missing"],
@@ -129,15 +128,18 @@ def test_a_study_yaml_outside_the_checkout_runs_with_templates(tmp_path, capsys,
     assert code == 2 and len(err) == 1
     assert "WorkflowTemplate 'bertology-study' not found" in err[0] and "pass --templates DIR" in err[0]
     assert not store.exists()  # nothing ran
-    # with --templates it plans (a dry run: plan runs for real, the rest is printed); --tracker (bertology.
-    # tracking) reaches plan as -p tracker=… through the study and step templates, into every cell finetune reads
+    # with --templates it plans (a dry run: plan runs for real, writing nothing, the rest is printed); --tracker
+    # (bertology.tracking) reaches plan as -p tracker=… through the study and step templates, and plan puts it
+    # into every cell finetune reads
     monkeypatch.chdir(tmp_path)
     code, out, _ = _cli(capsys, "run", study, "--templates", TEMPLATES, "--dry-run", "-p", "preset=tiny",
                         "--tracker", "tensorboard", "--store", store)
     assert code == 0 and "python -m jobs.finetune" in out
-    (plan,) = store.glob("studies/reversed-layers/*/plan.json")
-    cells = json.loads(plan.read_text())["cells"]
-    assert cells and {c["run"]["regime"]["tracker"] for c in cells} == {"tensorboard"}
+    assert "--param tracker=tensorboard" in out and not list(store.glob("**/plan.json"))
+    from bertology.study import StudySpec
+
+    cells = StudySpec.from_params("reversed-layers", {"preset": "tiny", "tracker": "tensorboard"})[0].cells()
+    assert cells and {c.run.regime.tracker for c in cells} == {"tensorboard"}
 
 
 def test_scan_errors_name_the_bad_value_and_what_is_allowed(tmp_path):

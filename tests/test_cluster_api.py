@@ -315,7 +315,7 @@ def test_submit_creates_the_workflow_argo_submit_would(kube, monkeypatch):
       "with workflowTemplateRef bertology-study or bertology-vocab-overlap")),
     ([REPO / "workflows" / "templates" / "study.yaml"], {}, "is not a bertology study Workflow: it holds WorkflowTemplate"),
     (["{tmp}/missing.yaml"], {}, "workflow file '{tmp}/missing.yaml' not found"),
-    ([WORKFLOW, {"sead": "[1]"}], {}, ("unknown parameter 'sead' for Workflow reversed-layers- (did you mean "
+    ([WORKFLOW, {"sead": "[1]"}], {}, (f"unknown parameter 'sead' for {WORKFLOW} (did you mean "
                                        "'seeds'?; declared: study, store, platform_store, preset")),
     ([WORKFLOW, {"seeds": "one"}], {}, "parameter 'seeds' must be a JSON list such as"),
     ([WORKFLOW, {"preset": "tinny"}], {}, "unknown preset 'tinny' (did you mean 'tiny'?; known: paper, demo, tiny)"),
@@ -340,7 +340,7 @@ def test_bad_input_is_refused_in_one_line_before_any_request(kube, tmp_path, arg
 def test_the_vocab_overlap_study_is_a_study_and_its_own_parameters_are_checked(kube):
     state, kubeconfig = kube
     state.templates.add((NAMESPACE, "bertology-vocab-overlap"))
-    with pytest.raises(BadInput, match=r"unknown parameter 'seeds' for Workflow vocab-overlap- \(declared: study"):
+    with pytest.raises(BadInput, match=r"unknown parameter 'seeds' for \S+/workflows/vocab-overlap.yaml \(declared: study"):
         cluster.submit(REPO / "workflows" / "vocab-overlap.yaml", {"seeds": "[1]"}, kubeconfig=kubeconfig)
     assert state.requests == []
     study = cluster.submit(REPO / "workflows" / "vocab-overlap.yaml", {"case": "fold"}, kubeconfig=kubeconfig)

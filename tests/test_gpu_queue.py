@@ -289,9 +289,10 @@ def test_runs_from_two_checkouts_go_side_by_side_without_a_gpu_and_with_one_the_
             _wait_for(lambda: any("gpu #1 waiting " in s and " for the GPU (bertology-semaphores/gpu), held " in s
                                   and all(h in s for h in holder) for s, _ in second.bars()), 120,
                       "the second's progress line names what it waits behind")
-            time.sleep(1.5)
-            waits = [s for s, _ in second.bars() if "waiting" in s]
-            assert len({s.split(" held ")[1].split(" by ")[0] for s in waits}) > 1, waits  # how long, as it grows
+            def held() -> set[str]:  # how long, as the redraws say it
+                return {s.split(" held ")[1].split(" by ")[0] for s, _ in second.bars() if "waiting" in s}
+
+            _wait_for(lambda: len(held()) > 1, 60, "the held time to grow on the second's progress line")
             assert first.poll() is None and second.process.poll() is None
         (tmp_path / "gate").touch()
         assert first.wait(120) == 0, (tmp_path / "first.out").read_text()

@@ -47,7 +47,7 @@ def study_workflow(path: str | Path, parameters: dict[str, Any] | None = None, *
     given = {str(name): as_parameter(name, value) for name, value in (parameters or {}).items()}
     for name in given:
         if name not in declared:
-            raise BadInput(f"unknown parameter '{name}' for {source.label} ({choices(name, declared, 'declared')}; "
+            raise BadInput(f"unknown parameter '{name}' for {path} ({choices(name, declared, 'declared')}; "
                            f"Argo would accept it and ignore it)")
     if template == STUDY_TEMPLATE:
         check_study_values(given)
