@@ -37,8 +37,8 @@ def merge(target, patch):
     return out
 
 
-class Handler(BaseHTTPRequestHandler):
-    PREFIX = f"/apis/argoproj.io/v1alpha1/namespaces/{NAMESPACE}/workflows"
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet request handler that answers JSON, as the Kubernetes API and Argo Server do."""
 
     def log_message(self, *args):
         pass
@@ -50,6 +50,10 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+class Handler(JsonHandler):
+    PREFIX = f"/apis/argoproj.io/v1alpha1/namespaces/{NAMESPACE}/workflows"
 
     def do_GET(self):
         self.server.requests.append(("GET", self.path, ""))

@@ -15,7 +15,7 @@ import ssl
 import string
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import parse_qs, urlparse
@@ -24,7 +24,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 import yaml
-from kube_api import write_kubeconfig
+from kube_api import JsonHandler, write_kubeconfig
 
 from bertology import cluster
 from bertology.cli import main
@@ -96,23 +96,12 @@ class Cluster:
             return "MODIFIED", workflow
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, and a watch's chunked stream
-
-    def log_message(self, *args):
-        pass
 
     @property
     def cluster(self) -> Cluster:
         return self.server.cluster
-
-    def _send(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def _record(self, method: str) -> dict | None:
         self.cluster.requests.append((method, self.path))
