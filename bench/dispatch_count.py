@@ -44,6 +44,12 @@ Measured: one run 21.75 GB a step (4.5 ms at an H200's 4.8 TB/s; the H200 measur
 graphed step: bytes at full bandwidth are under half of it); fused, per run, 46.73 GB at K = 1 and 44.65 at K = 8
 with vmap's dtypes, 36.69 and 35.26 with the casts (1.62x one run's at K = 8), 7.13 GB of it eager
 attention's scores ([..., 128, 128] tensors) at K = 8, which one run's fused attention never writes.
+Those were with clipping by `clip_grad_norm_`, which the row "solo, clipping by clip_grad_norm_" keeps;
+the loop's step now folds it into AdamW (`TrainStep.clip`): 20.87 GB (clipping 0.44 GB instead of 1.31).
+The last column is autocast's casts of the weights to bf16 in the forward pass: 0.51 GB of one run's step.
+A bf16 copy of the weights kept beside the fp32 ones would have to be refreshed after every AdamW step
+(read fp32, write bf16: the same 0.51 GB), so it saves nothing unless the optimizer's own kernel writes
+it, which torch's fused AdamW does not; the loop keeps autocast's casts.
 """
 
 from __future__ import annotations
@@ -193,10 +199,11 @@ class Bytes(Count):
     it counts every operator's operands once, as if none stayed in cache, and nothing a kernel reads twice.
     """
 
-    def __init__(self, width: int | None = None):
+    def __init__(self, width: int | None = None, params=()):
         super().__init__()
         self.width, self.scores = width, 0
         self.bytes, self.by_op = collections.Counter(), collections.Counter()
+        self.params, self.weight_casts = {id(p) for p in params}, 0  # autocast's casts of `params`
 
     def record(self, func, args, kwargs, out) -> None:
         super().record(func, args, kwargs, out)
@@ -219,6 +226,8 @@ class Bytes(Count):
         moved += sum(map(tensor_bytes, fresh))
         self.bytes[self.phase] += moved
         self.by_op[name] += moved
+        if name == "_to_copy" and id(args[0]) in self.params:
+            self.weight_casts += moved
         if self.width and any(t.dim() >= 2 and tuple(t.shape[-2:]) == (self.width,) * 2 for t in seen + fresh):
             self.scores += moved
 
@@ -310,6 +319,13 @@ def solo_step(model: torch.nn.Module, hp: Hyper) -> TrainStep:
                      max_grad_norm=hp.max_grad_norm, device=torch.device("cpu"))
 
 
+def clip_grad_norm(step: TrainStep) -> TrainStep:
+    """`step` clipping as `clip_grad_norm_` does (a pass over the gradients to scale them), not folded into
+    AdamW (`TrainStep.clip`): what folding saves."""
+    step.clip = lambda: torch.nn.utils.clip_grad_norm_(step.model.parameters(), step.max_grad_norm)
+    return step
+
+
 def fused_step(ms: list[torch.nn.Module], hp: Hyper) -> FusedStep:
     return FusedStep(ms, lr=hp.lr, weight_decay=hp.weight_decay, max_grad_norm=hp.max_grad_norm)
 
@@ -396,14 +412,18 @@ def traffic(ks: list[int], rows: int, width: int, dropout: float, hp: Hyper, top
     out = []
     with FakeTensorMode(), bf16_autocast():
         batch = synthetic_batch(rows, width, 30522)
-        for name, k, make in compared(ks, dropout, hp, base=True):
+        unfolded = ("solo, clipping by clip_grad_norm_", 1,
+                    lambda: clip_grad_norm(solo_step(bert(1, dropout, attention_dropout=0.0, base=True)[0], hp)))
+        made = compared(ks, dropout, hp, base=True)
+        for name, k, make in made[:1] + [unfolded] + made[1:]:
             step = make()
             with gpu_attention() if not isinstance(step, FusedStep) else contextlib.nullcontext():
-                count = counted(step, Bytes(width), batch, hp)
+                count = counted(step, Bytes(width, step.parameters()), batch, hp)
             total = sum(count.bytes.values())
             out.append({"row": name, "k": k, "gb": total / 1e9, "gb_per_run": total / k / 1e9,
                         "ms_per_run": 1000 * total / k / HBM, "kernels_per_run": count.kernels / k,
                         "gb_scores_per_run": count.scores / k / 1e9,
+                        "gb_weight_casts_per_run": count.weight_casts / k / 1e9,
                         **{f"gb_{p}": count.bytes[p] / k / 1e9 for p in PHASES},
                         "top": {op: b / k / 1e9 for op, b in count.by_op.most_common(top)}})
     return out
@@ -442,13 +462,13 @@ def print_traffic(rows: list[dict], args) -> None:
     print(f"torch {torch.__version__}, BERT-base under FakeTensorMode, bf16 autocast (CPU), batch "
           f"{args.batch} x {args.width}, dropout {args.dropout}, one whole step; ms at {HBM / 1e12:.1f} TB/s\n")
     print("| row | GB/step | GB/run | x one run | ms/run at HBM speed | kernel ops/run | "
-          + " | ".join(f"GB/run {p}" for p in PHASES[:-1]) + " | GB/run on attention scores |")
-    print("|---" * (6 + len(PHASES)) + "|")
+          + " | ".join(f"GB/run {p}" for p in PHASES[:-1]) + " | GB/run on attention scores | GB/run casting weights to bf16 |")
+    print("|---" * (7 + len(PHASES)) + "|")
     for r in rows:
         print(f"| {r['row']} | {r['gb']:.1f} | {r['gb_per_run']:.2f} | {r['gb_per_run'] / rows[0]['gb_per_run']:.2f} | "
               f"{r['ms_per_run']:.1f} | "
               f"{r['kernels_per_run']:.0f} | " + " | ".join(f"{r[f'gb_{p}']:.2f}" for p in PHASES[:-1])
-              + f" | {r['gb_scores_per_run']:.2f} |")
+              + f" | {r['gb_scores_per_run']:.2f} | {r['gb_weight_casts_per_run']:.2f} |")
     for r in rows:
         print(f"\n{r['row']}, GB per run by operator: "
               + ", ".join(f"{op} {gb:.2f}" for op, gb in r["top"].items()))

@@ -120,7 +120,7 @@ def test_a_killed_fused_group_resumes_bit_for_bit(runs, tmp_path):
 
 def test_fused_runs_replay_as_cuda_graphs_and_train_as_eager(runs, tmp_path, monkeypatch):
     backend = ReplayByCalling()
-    monkeypatch.setattr(loop, "use_graphs", lambda device, *, cuda_graph, compiled: cuda_graph)
+    monkeypatch.setattr(loop, "use_graphs", lambda device, *, cuda_graph: cuda_graph)
     monkeypatch.setattr(loop, "GraphedStep", functools.partial(GraphedStep, backend=backend))
     graphed = together(runs, 0.0, [0, 1], [tmp_path / "g0", tmp_path / "g1"])
     eager = together(runs, 0.0, [0, 1], [tmp_path / "e0", tmp_path / "e1"],

@@ -159,7 +159,7 @@ def test_graphed_runs_side_by_side_replay_in_turn_each_in_its_own_pool(runs, tmp
     alternate between the runs, each run's graphs are in its lane's pool, and each run ends as alone."""
     lanes = RecordingLanes()
     backend = RecordingReplays(lanes)
-    monkeypatch.setattr(loop, "use_graphs", lambda device, *, cuda_graph, compiled: cuda_graph and not compiled)
+    monkeypatch.setattr(loop, "use_graphs", lambda device, *, cuda_graph: cuda_graph)
     monkeypatch.setattr(engine, "GraphedStep", functools.partial(GraphedStep, backend=backend))
     expected = [alone(runs, i, tmp_path / f"alone-{name}") for i, (name, *_) in enumerate(RUNS)]
     backend.captures.clear()
@@ -254,9 +254,9 @@ def test_an_interrupt_closes_every_run_in_its_lane():
     assert closed == ["a", "b"]
 
 
-def test_runs_side_by_side_are_neither_fused_nor_compiled(runs, tmp_path):
+def test_runs_side_by_side_are_not_fused(runs, tmp_path):
     dirs, train, evals = runs
     lane = CpuLanes().lane("x")
-    with pytest.raises(BadInput, match="runs side by side are neither fused nor compiled"):
-        run_to_end(training([dirs[0]], TASK, train, evals, dataclasses.replace(BASE, compile=True), 1,
-                            [tmp_path / "x"], device="cpu", log=quiet, lane=lane))
+    with pytest.raises(BadInput, match="runs side by side are not fused"):
+        run_to_end(training(dirs[:2], TASK, train, evals, BASE, 1, [tmp_path / "x", tmp_path / "y"],
+                            device="cpu", log=quiet, lane=lane, fused=True))

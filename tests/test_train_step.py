@@ -77,12 +77,15 @@ def weights(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def test_the_eager_step_computes_exactly_what_the_loop_always_did():
-    """The loop's step before it became a function: forward, backward, clip, AdamW, schedule, zero_grad, and
-    three running loss sums, each its own scalar."""
+@pytest.mark.parametrize("max_grad_norm", [1e6, 0.3])
+def test_the_eager_step_computes_what_the_loop_always_did(max_grad_norm):
+    """The loop's step before it became a function: forward, backward, clip_grad_norm_, AdamW, schedule,
+    zero_grad, and three running loss sums, each its own scalar. Clipping is folded into AdamW (it divides
+    by the factor's reciprocal): bit for bit where no gradient is clipped, within float rounding where every
+    step clips."""
     (model, optimizer, scheduler), (ref, ref_opt, ref_sched) = model_and_optimizer(0.1), model_and_optimizer(0.1)
-    step = TrainStep(model, optimizer, max_grad_norm=0.5, device=torch.device("cpu"))
-    sums = [torch.zeros(()) for _ in range(3)]
+    step = TrainStep(model, optimizer, max_grad_norm=max_grad_norm, device=torch.device("cpu"))
+    sums, norms = [torch.zeros(()) for _ in range(3)], []
     for batch in batches([7, 7, 5, 9, 3, 7]):
         torch.manual_seed(len(batch["input_ids"][0]))  # the same dropout draws on both sides
         step(batch)
@@ -90,25 +93,33 @@ def test_the_eager_step_computes_exactly_what_the_loop_always_did():
         torch.manual_seed(len(batch["input_ids"][0]))
         loss = ref(**{k: torch.from_numpy(v) for k, v in batch.items()}).loss
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
+        norms.append(torch.nn.utils.clip_grad_norm_(ref.parameters(), max_grad_norm).item())
         ref_opt.step()
         ref_sched.step()
         ref_opt.zero_grad(set_to_none=True)
         for s in sums:
             s += loss.detach()
-    assert all(torch.equal(a, b) for a, b in zip(weights(model).values(), weights(ref).values()))
-    assert [step.total(slot) for slot in (SINCE_EVALUATION, SINCE_CONSOLE_LINE, SINCE_SERIES_POINT)] == \
-        [s.item() for s in sums]
+    ours, theirs = weights(model), weights(ref)
+    if max_grad_norm > max(norms):  # never clipped
+        assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+        assert [step.total(slot) for slot in (SINCE_EVALUATION, SINCE_CONSOLE_LINE, SINCE_SERIES_POINT)] == \
+            [s.item() for s in sums]
+    else:
+        assert min(norms) > max_grad_norm  # every step clipped
+        assert not all(torch.equal(ours[k], theirs[k]) for k in ours)  # rounded differently...
+        assert all(torch.allclose(ours[k], theirs[k], rtol=1e-5, atol=1e-7) for k in ours)  # ...and no more
+        assert step.total(SINCE_EVALUATION) == pytest.approx(sums[0].item(), rel=1e-6)
+        assert optimizer.grad_scale is None  # no step's clipping outlives it
+        return
     step.reset(SINCE_CONSOLE_LINE)
     assert step.total(SINCE_CONSOLE_LINE) == 0.0 and step.total(SINCE_EVALUATION) == sums[0].item()
 
 
-def test_graphs_are_used_on_cuda_only_unless_turned_off_or_compiled():
+def test_graphs_are_used_on_cuda_only_unless_turned_off():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert use_graphs(cuda, cuda_graph=True, compiled=False)
-    assert not use_graphs(cpu, cuda_graph=True, compiled=False)
-    assert not use_graphs(cuda, cuda_graph=False, compiled=False)
-    assert not use_graphs(cuda, cuda_graph=True, compiled=True)
+    assert use_graphs(cuda, cuda_graph=True)
+    assert not use_graphs(cpu, cuda_graph=True)
+    assert not use_graphs(cuda, cuda_graph=False)
 
 
 def test_creating_the_optimizer_state_changes_no_weight_and_counts_no_step():
@@ -212,7 +223,7 @@ TASK = get_task("sst2")
 def graphed_on_cpu(monkeypatch):
     """The loop as it runs on CUDA (graphed, widths in buckets of 32), with replays by calling."""
     backend = ReplayByCalling()
-    monkeypatch.setattr(loop, "use_graphs", lambda device, *, cuda_graph, compiled: cuda_graph and not compiled)
+    monkeypatch.setattr(loop, "use_graphs", lambda device, *, cuda_graph: cuda_graph)
     monkeypatch.setattr(engine, "GraphedStep", functools.partial(GraphedStep, backend=backend))
     engine.release()
     yield backend

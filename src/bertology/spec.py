@@ -209,7 +209,7 @@ class Regime:
     eval_every: int = 0  # steps between evaluations besides each epoch's end (the forgetting curve: 50)
     checkpoint_every: int = 1000  # steps between resume states; 0: none
     log_every: int = 50  # steps per point of the training-loss series (curves, kind "train"); 0: none
-    compile: bool = False  # torch.compile the model (CUDA graphs on a GPU: train.device.compile_model)
+    compile: bool = False  # torch.compile the model (train.device.compile_model; cached: train.compile_cache)
     cuda_graph: bool = True  # on a GPU, the whole training step as CUDA graphs (train.graphs)
     tracker: str = ""  # experiment tracking (bertology.tracking): wandb, mlflow, tensorboard; "": none
     train_layers: str | tuple[int, ...] | None = None  # freeze: from:K, last:K or a list

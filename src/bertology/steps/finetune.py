@@ -172,12 +172,27 @@ def _training(store: Store, cells: list[Cell], lane=None):
             state=state, monitor=monitor, new_head=run.after is not None and run.final_head == "new",
             carry_head=run.final_head == "carried",  # only a sequential run carries a head
             tracks=[tracker and tracker.update for tracker in trackers], fused=fused,
-            names=[cell.run.id for cell in cells], lane=lane)
+            names=[cell.run.id for cell in cells], lane=lane,
+            compile_cache=compile_cache(store) if r.compile else None)
         for cell, tracker, out, result in zip(cells, trackers, outs, results):
             if tracker is not None:  # a run without steps (regime none) has only its evaluation point
                 tracker.update(result.losses, result.curves)
             _write_outputs(store, cell, out, result, monitor is not None)
     state.clear()
+
+
+_compile_caches: dict = {}  # store URL -> its CompileCache, for every run of this process
+
+
+def compile_cache(store: Store):
+    """The store's cache of compiled code (bertology.train.compile_cache), one per store in this process, so
+    that a bundle's runs load what earlier pods compiled once."""
+    from bertology.train.compile_cache import CompileCache
+
+    url = store.url()
+    if url not in _compile_caches:
+        _compile_caches[url] = CompileCache(store, log=log.info)
+    return _compile_caches[url]
 
 
 def check_tokenizer(run: RunSpec) -> None:
@@ -288,8 +303,7 @@ def train_side_by_side(store: Store, cells: list[Cell], k: int) -> None:
 def run_side_by_side(store: Store, cells: list[Cell], k: int) -> None:
     """The study's gpu_concurrency K > 1: a bundle's unfinished runs trained K at a time side by side in this
     process; first, in waves, the unfinished intermediate runs its sequential runs start from (each trained
-    once, keeping its weights), deepest first. Compiled runs (whose model has CUDA graphs of its own) train
-    one at a time. Then every cell publishes its tables, as a cached run does."""
+    once, keeping its weights), deepest first. Then every cell publishes its tables, as a cached run does."""
     from bertology.steps import shared_gpu
 
     waves = shared_gpu.waves(cells)
@@ -297,10 +311,6 @@ def run_side_by_side(store: Store, cells: list[Cell], k: int) -> None:
         last = i == len(waves) - 1
         todo = [cell if last else dataclasses.replace(cell, keep_weights=True) for cell in wave]
         todo = [cell for cell in todo if not finished(store, cell)]
-        for cell in [c for c in todo if c.run.regime.compile]:
-            log.info("run %s: compiled, so trained alone, not side by side", cell.run.id)
-            train_run(store, cell)
-        todo = [cell for cell in todo if not cell.run.regime.compile]
         if todo:
             log.info("gpu_concurrency %d: %s %d runs, up to %d side by side in this process", k,
                      "fine-tuning" if last else "first the intermediate runs,", len(todo), min(k, len(todo)))

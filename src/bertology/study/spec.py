@@ -119,7 +119,6 @@ class StudySpec:
                    keep_weights=values["keep_weights"], deadlines=values["deadlines"])
         spec._check_shape()
         spec._check_fuse()
-        spec._check_concurrency()
         for variant in spec.variants:
             for task in (None, *spec.task_settings):
                 spec.regime_of(variant, task)  # a bad override is refused here, by the variant's name
@@ -146,20 +145,6 @@ class StudySpec:
         if self.fuse < 1:
             raise BadInput(f"parameter 'fuse' must be >= 1 (runs trained as one model; 1: each run alone), "
                            f"got {self.fuse}")
-
-    def _check_concurrency(self) -> None:
-        """`gpu_concurrency` K > 1 trains a pod's runs side by side in one process: not a compiled model,
-        whose own CUDA graphs (torch.compile's) are not made for it."""
-        if self.gpu_concurrency == 1:
-            return
-        for variant in self.variants:
-            for task in (None, *self.task_settings):
-                if self.regime_of(variant, task).compile:
-                    where = "the study" if self.regime.compile else (
-                        f"variant '{variant.name}'" + (f" on {task}" if task else ""))
-                    raise BadInput(f"parameter 'gpu_concurrency' is {self.gpu_concurrency}, but {where} has compile "
-                                   f"true: compiled runs are not trained side by side (allowed with it: "
-                                   f"gpu_concurrency=1, or compile false)")
 
     def _check_fuse(self) -> None:
         """`fuse` K > 1 only where bertology.train.fused can train the runs: runs that train (no regime none),

@@ -71,5 +71,4 @@ def _hidden_states(model, tokenizer, texts: list[str], max_length: int) -> tuple
     with torch.no_grad():  # not inference_mode: the reference's tensors are kept and reused
         out = model(**batch, output_hidden_states=True)
     model.train(was_training)
-    # copies: a compiled model's CUDA-graph outputs are overwritten by its next call
     return tuple(h.to(torch.float32, copy=True) for h in out.hidden_states), batch["attention_mask"].bool()

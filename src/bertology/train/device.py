@@ -29,22 +29,19 @@ def pad_multiple(device: torch.device) -> int:
     docs/measurements.md) a batch width's first step cost about 0.47 s once per process (kernel choices),
     and eager training on SST-2's lengths ran at 252 seq/s with exact widths (43 of them, all new to the
     process) against 723 with widths rounded up to multiples of 8, although rounding adds pad tokens
-    (SST-2: 23% instead of 5%). At max length 128 a run then meets at most 16 widths, and a compiled model
-    as few shapes. On CPU every pad token costs compute and no width costs extra, so widths stay exact."""
+    (SST-2: 23% instead of 5%). At max length 128 a run then meets at most 16 widths (4 when graphed:
+    bertology.train.graphs). On CPU every pad token costs compute and no width costs extra, so widths stay exact."""
     return 8 if device.type == "cuda" else 1
 
 
 def compile_model(model: torch.nn.Module, device: torch.device) -> None:
-    """torch.compile `model` in place (its state_dict keys stay the plain model's). On CUDA with CUDA graphs
-    (mode "reduce-overhead"): the eager step is bound by kernel launches, and on an H200 the bare BERT-base
-    step ran at 2,907 seq/s so against 1,051 eager, while the default mode gained 15% (docs/measurements.md;
-    the loop itself has not yet run compiled on a GPU). Widths are multiples of 8 there, so a run records
-    at most max_length / 8 graphs per batch size and mode. Elsewhere the default mode, dynamic shapes.
-    A CUDA graph's outputs are overwritten by its next replay: callers copy what they keep."""
-    if device.type == "cuda":
-        model.compile(mode="reduce-overhead")
-    else:
-        model.compile(dynamic=True)
+    """torch.compile `model` in place (its state_dict keys stay the plain model's), with inductor's default
+    mode: fused kernels, no CUDA graphs of their own, so that on CUDA the whole training step (the compiled
+    forward and backward, clipping, AdamW) is captured as one graph by bertology.train.graphs, and the
+    compiled forward evaluates too. Shapes are dynamic from the second width a model meets (PyTorch's
+    automatic dynamic shapes), so widths do not each compile; on CPU, where widths are exact, from the
+    first. What is compiled is cached in the study's store across pods (bertology.train.compile_cache)."""
+    model.compile(dynamic=True if device.type == "cpu" else None)
 
 
 def host_tensors(batch: dict[str, np.ndarray], *, pin: bool = False) -> dict[str, torch.Tensor]:

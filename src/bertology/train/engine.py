@@ -8,7 +8,7 @@ the same graphs instead of warming up and capturing its own.
 
 Kept: one engine, keyed by everything the step's arithmetic reads outside its tensors (model class, the
 config's computing fields, parameter names and shapes, weight decay, clipping norm, device, graphed or
-not). A run with another key frees it and builds its own. A reused engine is as good as new: the weights
+not, compiled or not). A run with another key frees it and builds its own. A reused engine is as good as new: the weights
 are the new run's (copied in place), AdamW's moments and step counts are zeroed in place, which is exactly
 the state AdamW creates for a tensor it has never stepped, and the loss sums are zeroed. Resuming copies
 the saved optimizer state into the kept tensors for the same reason (`load_optimizer_state`). On CPU the
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bertology.train.device import compile_model
 from bertology.train.graphs import GraphedStep, use_device_lr
 from bertology.train.step import TrainStep, param_groups
 
@@ -45,20 +46,22 @@ _kept: list[Engine] = []  # at most one
 
 
 def engine_key(model: torch.nn.Module, *, weight_decay: float, max_grad_norm: float, device: torch.device,
-               graphed: bool) -> tuple:
+               graphed: bool, compiled: bool = False) -> tuple:
     config = {k: v for k, v in model.config.to_dict().items() if k not in DESCRIPTIVE}
     return (type(model).__qualname__, repr(sorted(config.items())),
             tuple((name, tuple(p.shape), p.dtype) for name, p in model.named_parameters()),
-            weight_decay, max_grad_norm, str(device), graphed)
+            weight_decay, max_grad_norm, str(device), graphed, compiled)
 
 
 def take(model: torch.nn.Module, *, lr: float, weight_decay: float, max_grad_norm: float, device: torch.device,
-         graphed: bool, reuse: bool, log: Callable[[str], None], pool=None) -> Engine:
+         graphed: bool, reuse: bool, log: Callable[[str], None], pool=None, compiled: bool = False) -> Engine:
     """An engine holding `model`'s weights (a freshly loaded model, on any device): the kept one when it fits
     and `reuse` allows, else a new one (which is kept when `reuse`). `pool`: the graph memory pool a new
     engine's CUDA graphs are captured into (a run side by side with others has its own; default: one the
-    first capture makes)."""
-    key = engine_key(model, weight_decay=weight_decay, max_grad_norm=max_grad_norm, device=device, graphed=graphed)
+    first capture makes). `compiled`: a new engine's model is torch.compiled (device.compile_model), so a
+    kept one's compiled code serves the next run too."""
+    key = engine_key(model, weight_decay=weight_decay, max_grad_norm=max_grad_norm, device=device, graphed=graphed,
+                     compiled=compiled)
     engine = _kept[0] if _kept and reuse and _kept[0].key == key else None
     _kept.clear()  # a new engine frees the old one's device memory before it allocates its own
     if engine is not None:
@@ -71,6 +74,8 @@ def take(model: torch.nn.Module, *, lr: float, weight_decay: float, max_grad_nor
             else "reusing the previous run's model and optimizer")
     else:
         model = model.to(device)
+        if compiled:
+            compile_model(model, device)
         optimizer = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, fused=True)  # one kernel a step on CUDA
         step = TrainStep(model, optimizer, max_grad_norm=max_grad_norm, device=device)
         engine = Engine(key, model, optimizer, GraphedStep(step, log=log, pool=pool) if graphed else step)

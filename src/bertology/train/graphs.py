@@ -19,6 +19,8 @@ How (the pattern of PyTorch's "whole-network capture", CUDA semantics notes):
   it is: a 2-D mask makes it test on the host whether the batch has padding (`masking_utils`, a sync that
   capture forbids, transformers#36123);
 - autocast runs without its weight cache (a cached cast would be captured once and never refreshed);
+- a torch.compiled model (`compile: true`) is compiled by the warm-ups of each new shape, outside the
+  capture, which then records inductor's kernels as it records eager ones;
 - all graphs of one step share one memory pool: nothing a replay allocates outlives it (gradients and
   activations are used and freed within the step; weights, optimizer state, sums and inputs live outside
   the pool), so graphs may replay in any order. The pool is the step's own (`pool`, or the one its first
@@ -79,10 +81,11 @@ class CudaBackend:
         torch.cuda.set_rng_state(state)
 
 
-def use_graphs(device: torch.device, *, cuda_graph: bool, compiled: bool) -> bool:
-    """Whether a run's step is graphed here: on CUDA, unless turned off or the model is torch.compiled
-    (whose own CUDA graphs cannot be captured inside another)."""
-    return device.type == "cuda" and cuda_graph and not compiled
+def use_graphs(device: torch.device, *, cuda_graph: bool) -> bool:
+    """Whether a run's step is graphed here: on CUDA, unless turned off. A torch.compiled model's step is
+    graphed too: inductor's kernels, without CUDA graphs of their own (device.compile_model), replay inside
+    the step's graph with clipping and AdamW."""
+    return device.type == "cuda" and cuda_graph
 
 
 @dataclass

@@ -150,7 +150,6 @@ class Head:
                 batch = self.batch(examples, rows, model)
                 inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
                 out = model(**to_device(inputs, device))
-                # copies: a compiled model's CUDA-graph outputs are overwritten by its next batch
                 collected.append([getattr(out, name).to(torch.float32, copy=True) for name in names])
         model.train(was_training)
         results = []

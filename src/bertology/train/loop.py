@@ -23,7 +23,9 @@ one model, and early stopping and a sequential run's start follow the first spli
 
 The step itself (forward, backward, clipping, AdamW, the loss sums) is one function,
 bertology.train.step; on CUDA it replays as one CUDA graph per batch shape (bertology.train.graphs, with
-batch widths in buckets of 32), eagerly elsewhere. The loop never waits for the GPU between steps: the
+batch widths in buckets of 32), eagerly elsewhere. With `compile` the model is torch.compiled first
+(inductor's kernels inside the same graphs), and what was compiled is kept in the store for the next pods
+(bertology.train.compile_cache). The loop never waits for the GPU between steps: the
 loss is summed on the device and read only at logging points, so the host queues the next batch while the
 GPU works.
 
@@ -60,7 +62,9 @@ from bertology.data import Encoded, length_grouped_batches, random_batches
 from bertology.errors import BadInput
 from bertology.tasks import Task
 from bertology.train import regimes
-from bertology.train.device import compile_model, pad_multiple, pick_device, sync
+from bertology.train.compile_cache import CompileCache
+from bertology.train.compile_cache import cache_key as compile_cache_key
+from bertology.train.device import pad_multiple, pick_device, sync
 from bertology.train.engine import load_optimizer_state, release, take
 from bertology.train.fused import FusedStep
 from bertology.train.graphs import WIDTH_BUCKET, GraphedStep, use_graphs
@@ -90,7 +94,7 @@ class Hyper:
     eval_every: int = 0  # steps between evaluations besides each epoch's end (and one before training); 0: none
     checkpoint_every: int = 1000  # steps between resume states (when a StateSink is given); 0: none
     log_every: int = 50  # steps per point of the training-loss series (mean loss of those steps); 0: none
-    compile: bool = False  # torch.compile (CUDA graphs on a GPU: device.compile_model): fewer launches, slow to start
+    compile: bool = False  # torch.compile the model (device.compile_model): fused kernels, slow to start
     cuda_graph: bool = True  # on CUDA, the whole step as CUDA graphs (bertology.train.graphs); eager when off
     pad_multiple: int = 0  # batch widths round up to a multiple of this; 0: device.pad_multiple (8 on CUDA)
     schedule: regimes.Schedule = field(default_factory=regimes.Schedule)  # which parameters train when
@@ -138,7 +142,7 @@ class FinetuneResult:
     device: str = "cpu"
     num_train: int = 0
     throughput: float = 0.0  # training sequences per second
-    step_kind: str = "eager"  # how the training step ran: eager, cuda-graph (train.graphs) or compiled
+    step_kind: str = "eager"  # how the training step ran: eager or cuda-graph (train.graphs), ", compiled", ", fused xK"
     capture_seconds: float = 0.0  # of train_seconds, the CUDA graphs' warm-ups and captures (once per shape)
     # eval split -> {"epoch", "step"} of the point its best_metrics are from: the selected point, except for a
     # split read at its own best point (select_points)
@@ -171,22 +175,25 @@ def finetune(model_dir: str | Path, task: Task, train: pa.Table, evals: dict, hp
              out_dir: str | Path, *, device: str | torch.device | None = None,
              log: Callable[[str], None] = print, state: StateSink | None = None, new_head: bool = False,
              carry_head: bool = False, monitor: Monitor | None = None,
-             track: Callable[[list[dict], list[dict]], None] | None = None) -> FinetuneResult:
+             track: Callable[[list[dict], list[dict]], None] | None = None,
+             compile_cache: CompileCache | None = None) -> FinetuneResult:
     """Fine-tune the model in `model_dir` on `train` (its task head freshly initialised with `new_head`, or
     with `carry_head` the one it has, which must fit the task), evaluate `evals` (split -> prepared split)
     at every evaluation point, save the selected point's model (`hp.selection`: the best point or the last)
     and tokenizer to `out_dir`. With `state`, resume from its newest state and save one every
     `hp.checkpoint_every` steps. `track(losses, curves)` is called after every step with the series so far
-    (an experiment tracker, bertology.tracking, sends the new points)."""
+    (an experiment tracker, bertology.tracking, sends the new points). With `hp.compile`, `compile_cache`
+    keeps what is compiled for the next processes (bertology.train.compile_cache)."""
     return finetune_runs([model_dir], task, train, evals, hp, seed, [out_dir], device=device, log=log, state=state,
-                         new_head=new_head, carry_head=carry_head, monitor=monitor, tracks=[track])[0]
+                         new_head=new_head, carry_head=carry_head, monitor=monitor, tracks=[track],
+                         compile_cache=compile_cache)[0]
 
 
 def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyper, seed: int,
                   out_dirs: list, *, device: str | torch.device | None = None, log: Callable[[str], None] = print,
                   state: StateSink | None = None, new_head: bool = False, carry_head: bool = False,
                   monitor: Monitor | None = None, tracks: list | None = None, fused: bool = False,
-                  names: list[str] | None = None) -> list[FinetuneResult]:
+                  names: list[str] | None = None, compile_cache: CompileCache | None = None) -> list[FinetuneResult]:
     """`finetune` for one run, or with `fused` for K runs of one architecture, task, data, seed and
     hyper-parameters trained as one stacked model (bertology.train.fused; K = 1 too): each model in
     `model_dirs` is trained, evaluated and saved to its `out_dirs` entry as `finetune` does, with one
@@ -194,7 +201,7 @@ def finetune_runs(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp
     state's identity. Fused runs take no `monitor` and no `compile`."""
     return run_to_end(training(model_dirs, task, train, evals, hp, seed, out_dirs, device=device, log=log,
                                state=state, new_head=new_head, carry_head=carry_head, monitor=monitor,
-                               tracks=tracks, fused=fused, names=names))
+                               tracks=tracks, fused=fused, names=names, compile_cache=compile_cache))
 
 
 def run_to_end(steps: Generator[None, None, T]) -> T:
@@ -210,13 +217,16 @@ def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyp
              device: str | torch.device | None = None, log: Callable[[str], None] = print,
              state: StateSink | None = None, new_head: bool = False, carry_head: bool = False,
              monitor: Monitor | None = None, tracks: list | None = None, fused: bool = False,
-             names: list[str] | None = None, lane=None) -> Generator[None, None, list[FinetuneResult]]:
+             names: list[str] | None = None, lane=None,
+             compile_cache: CompileCache | None = None) -> Generator[None, None, list[FinetuneResult]]:
     """`finetune_runs` as a run that can be stepped: a generator that yields after every training step (the
     step with what follows it: its console line, loss-series point, evaluation point, resume state and
     trackers, when it has them) and returns the results. Nothing runs before the first `next`.
     `finetune_runs` steps it to its end; bertology.train.side_by_side steps several in turn, each in its own
     `lane` (a bertology.train.side_by_side.Lane): such a run trains on an engine of its own, never kept for
-    another run, whose CUDA graphs go to the lane's memory pool."""
+    another run, whose CUDA graphs go to the lane's memory pool. With `hp.compile`, `compile_cache` (the
+    store's, bertology.train.compile_cache) gives what earlier pods compiled for this model and keeps what
+    this run compiled."""
     started = time.perf_counter()
     device = pick_device(device)
     k = len(model_dirs)
@@ -231,9 +241,9 @@ def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyp
                        f"(got {k} models, {len(out_dirs)} folders, {len(names)} names)")
     if fused and (monitor is not None or hp.compile):
         raise BadInput("fused runs take no activation monitor (reference) and no compile")
-    if lane is not None and (fused or hp.compile):
-        raise BadInput("runs side by side are neither fused nor compiled (allowed: fused or compiled runs one at a time)")
-    graphed = use_graphs(device, cuda_graph=hp.cuda_graph, compiled=hp.compile)
+    if lane is not None and fused:
+        raise BadInput("runs side by side are not fused (allowed: fused runs one at a time)")
+    graphed = use_graphs(device, cuda_graph=hp.cuda_graph)
     tokenizer = AutoTokenizer.from_pretrained(model_dirs[0])
     head = head_for(task, tokenizer)
     head.pad_multiple = hp.pad_multiple or (WIDTH_BUCKET if graphed else pad_multiple(device))
@@ -252,9 +262,12 @@ def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyp
             train_step = GraphedStep(train_step, log=log)
         log(f"fused: {k} run{'s' if k > 1 else ''} trained as one model ({', '.join(names)})")
     else:  # the model, AdamW and the step: the previous run's in this process when they fit (graphs too)
+        if hp.compile and compile_cache is not None:  # what pods before compiled for this model
+            cache_key = compile_cache_key(loaded[0], device)
+            compile_cache.load(cache_key)
         engine = take(loaded[0], lr=hp.lr, weight_decay=hp.weight_decay, max_grad_norm=hp.max_grad_norm,
-                      device=device, graphed=graphed, reuse=not hp.compile and lane is None, log=log,
-                      pool=None if lane is None else lane.pool)
+                      device=device, graphed=graphed, reuse=lane is None, log=log,
+                      pool=None if lane is None else lane.pool, compiled=hp.compile)
         model, optimizer, train_step = engine.model, engine.optimizer, engine.step
     del loaded
     runs = _Runs(model, train_step.step if fused and graphed else train_step, fused, k)
@@ -296,8 +309,6 @@ def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyp
         started -= saved["elapsed"]
         set_rng_state(saved["rng"])
         log(f"resuming at step {step}/{total_steps} (epoch {start_epoch}, batch {start_batch})")
-    if hp.compile:
-        compile_model(model, device)
 
     untrained = hp.schedule.name == "none"  # the model as built is the result: one evaluation, no steps
 
@@ -353,8 +364,6 @@ def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyp
             batches = random_batches(len(examples), hp.batch_size, seed=(seed, epoch))
         for i, batch_rows in enumerate(batches[first:], start=first):
             # the step: forward, backward, clip, AdamW, loss sums (one CUDA graph when graphed)
-            if hp.compile:  # a new training step: CUDA graphs may reuse the last step's output memory
-                torch.compiler.cudagraph_mark_step_begin()
             train_step(head.train_inputs(examples, batch_rows, model, key=(seed, epoch, i)))
             scheduler.step()
             step, loss_steps, series_steps = step + 1, loss_steps + 1, series_steps + 1
@@ -427,9 +436,11 @@ def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyp
             device=str(device),
             num_train=len(examples),
             throughput=len(examples) * hp.epochs / train_seconds if train_seconds else 0.0,
-            step_kind=("compiled" if hp.compile else train_step.kind) + (f", fused x{k}" if fused else ""),
+            step_kind=train_step.kind + (", compiled" if hp.compile else "") + (f", fused x{k}" if fused else ""),
             capture_seconds=train_step.capture_seconds,
         ))
+    if hp.compile and compile_cache is not None:  # for the pods after this one
+        compile_cache.save(cache_key)
     return results
 
 
