@@ -9,8 +9,9 @@ estimate and several runs sharing one GPU. Prints one Markdown report.
 With --out, report.md and figures.json (every figure of the report, and each part's status) are rewritten
 after every measurement, so a call cut off at its limit still returns what was measured; --budget-s stops
 whatever runs at the deadline and skips the rest (bench/gpu_record.py). Parts run in the order of the
-targets they measure (streams and its check first, then ours, fused, overhead, sweep, concurrency), the
-diagnostics (optimisations, profile) last.
+targets they measure (runs side by side, compiled runs, their checks, the process start, the per-run
+overhead, the sweep, then ours against the Trainer, fused, concurrency), the diagnostics (optimisations,
+profile) last.
 
 What is measured (on CUDA: BERT-base from `BertConfig()` with random weights, so no hub is needed; bf16
 autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
@@ -19,11 +20,19 @@ autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
   side by side in one process (bertology.train.side_by_side: each run its own model, AdamW, graphed step,
   CUDA stream, graph memory pool and generator state, stepped round-robin from one host thread), on fixed
   32 x 128 batches.
+- compiled (bench/gpu_streams.py): the same with each model torch.compiled inside its graphed step
+  (`compile: true`); the capture seconds hold the compilation.
 - streams-check (bench/gpu_streams.py): whether a run side by side equals the same run alone: in fp32 with
   TF32 and bf16 reduced-precision reductions off, the step-0 loss and gradients and 8 steps' losses and
   weights of 4 runs side by side against each alone, dropout off and on, beside one run alone twice (the
   device's floor); in bf16 (dropout off) side by side against alone, and each run's bf16 losses against its
   fp32 ones.
+- compiled-check (bench/gpu_streams.py): a compiled run against the same run not compiled, in fp32 (TF32
+  off: step-0 loss and gradients, 8 steps' losses and weights) and in bf16, each against its fp32 run.
+- start: a step's process start by part (bench/step_start.py: interpreter, the step module, the training
+  imports, `torch.cuda.init()`, the model onto the device, the first step), BERT-base, bytecode as cached;
+  the same with CUDA's initialisation overlapping the imports; the imports without bytecode; and the
+  modules whose own import time is largest (`python -X importtime`).
 - ours vs the Trainer: training sequences/s of `bertology.train.finetune` and of the HF Trainer on the same
   batches (`bench/finetune_throughput.run_trainer`: group_by_length, bf16, SDPA, the same batch size,
   eval batch, lr, warmup, weight decay and seed), one after the other in this process: at a fixed length
@@ -69,13 +78,16 @@ environment holding only the GPU machine's packages and the device kit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.metadata
+import io
 import logging
 import math
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -102,7 +114,7 @@ from gpu_record import (  # bench/ is not a package: imported from its folder
     raise_on_sigterm,
     run_child,
 )
-from gpu_streams import part_streams, part_streams_check
+from gpu_streams import part_compiled_check, part_streams, part_streams_check
 from gpu_targets import FIXED, figure_at, render_targets
 from gpu_workload import (
     DEV_SIZES,
@@ -119,8 +131,8 @@ from gpu_workload import (
 PEAK_BF16 = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("GH200", 989e12), ("A100", 312e12))
 NA = "n/a (no CUDA)"
 CONCURRENCY_ENV = "BERTOLOGY_GPU_CONCURRENCY"  # bertology.steps.finetune's: `processes` runs K processes
-PARTS = ("streams", "streams-check", "ours", "fused", "overhead", "sweep", "concurrency", "optimisations",
-         "profile")  # the order they run in
+PARTS = ("streams", "compiled", "streams-check", "compiled-check", "start", "overhead", "sweep", "ours", "fused",
+         "concurrency", "optimisations", "profile")  # the order they run in: the targets' order
 VERSIONS = ("torch", "transformers", "tokenizers", "accelerate", "datasets", "numpy", "pyarrow")
 
 
@@ -415,6 +427,44 @@ def time_phases(b: Bench, task: str, train_rows: int, dev_rows: int, epochs: int
     return phases
 
 
+def part_start(b: Bench) -> None:
+    """A step's process start by part (bench/step_start.py, fresh interpreters), and `-X importtime`'s slowest
+    modules."""
+    import step_start
+
+    ways = [("bytecode as cached, BERT-base", ["--runs", "2", "--bert-base"]),
+            ("the same, cuda init overlapping the imports", ["--runs", "2", "--bert-base", "--overlap-cuda-init"]),
+            ("no bytecode, imports only", ["--runs", "1", "--no-bytecode", "--no-model"])]
+    if not b.cuda:  # the reduced run: imports only, once each
+        ways = [("bytecode as cached, imports only", ["--runs", "1", "--no-model"])]
+    shown = list(step_start.PARTS[1:])
+    b.rec.lines("## A step's process start (seconds, median of fresh interpreters; bench/step_start.py)", "",
+                "| how | interpreter | " + " | ".join(shown) + " | to the first step |",
+                "|---|" + "---|" * (len(shown) + 2))
+    for name, args in ways:
+        with contextlib.redirect_stdout(io.StringIO()):
+            result = step_start.main(args)
+        median = result["median"]
+        total = median.get("to first step", median.get("to cuda init"))
+        b.rec.put("start", name, {"median_s": median, "to_first_step_s": total, "runs": len(result["runs"])})
+        b.rec.lines(f"| {name} | {median['interpreter']:.2f} | "
+                    + " | ".join(f"{median[p]:.2f}" if p in median else "" for p in shown) + f" | **{total:.2f}** |")
+    imports = "import jobs.finetune, bertology.train.loop, bertology.train.side_by_side"
+    path = os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", imports], check=True, cwd=HERE.parent,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": path})
+    rows = []
+    for line in done.stderr.splitlines():
+        parts = line.removeprefix("import time:").split("|")
+        if len(parts) == 3 and parts[0].strip().isdigit():
+            rows.append((int(parts[0]), int(parts[1]), parts[2].strip()))
+    top = sorted(rows, reverse=True)[:10]
+    b.rec.put("start", "importtime_self_top", [{"module": m, "self_s": own / 1e6, "cumulative_s": cum / 1e6}
+                                              for own, cum, m in top])
+    b.rec.lines("", "The modules whose own import takes longest (`-X importtime`, one fresh interpreter, bytecode "
+                "as cached): " + ", ".join(f"{m} {own / 1e6:.2f} s" for own, _, m in top) + ".", "")
+
+
 def part_overhead(b: Bench) -> None:
     runs = {"RTE-sized": ("rte", b.n(2_490, 256), b.n(277, 64)), "SST-2-sized": ("sst2", b.n(67_349, 1_024), b.n(872, 128))}
     b.rec.lines("## Per-run overhead by phase (seconds, one run at a time, 3 epochs)", "",
@@ -609,7 +659,9 @@ def main(argv: list[str] | None = None) -> int:
                    f"Peak for MFU: {f'{peak / 1e12:.0f} TFLOP/s bf16 dense' if peak else 'n/a'}."
                    + (f" Time budget: {a.budget_s:g} s." if a.budget_s is not None else "")), "")
         fuse = (1, 2, 4, 8) if b.cuda else (1, 2)
-        run = {"streams": lambda: part_streams(b, fuse), "streams-check": lambda: part_streams_check(b),
+        run = {"streams": lambda: part_streams(b, fuse), "compiled": lambda: part_streams(b, fuse, compiled=True),
+               "streams-check": lambda: part_streams_check(b), "compiled-check": lambda: part_compiled_check(b),
+               "start": lambda: part_start(b),
                "ours": lambda: part_ours(b), "fused": lambda: part_fused(b, fuse), "overhead": lambda: part_overhead(b), "sweep": lambda: part_sweep(b),
                "concurrency": lambda: part_concurrency(b, ks), "optimisations": lambda: part_optimisations(b),
                "profile": lambda: part_profile(b)}

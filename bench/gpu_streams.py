@@ -1,17 +1,21 @@
-"""bench/gpu.py's `streams` and `streams-check` parts: K runs trained side by side in one process
-(bertology.train.side_by_side: one host thread, each run on its own CUDA stream with its own graph memory
-pool and generator state), with today's graphed step. Apart from gpu.py to keep each file one subject; `b`
+"""bench/gpu.py's `streams`, `compiled`, `streams-check` and `compiled-check` parts: K runs trained side by
+side in one process (bertology.train.side_by_side: one host thread, each run on its own CUDA stream with its
+own graph memory pool and generator state), with today's graphed step, and with the model compiled. Apart from gpu.py to keep each file one subject; `b`
 is gpu.py's Bench.
 
 - streams: steady-state training seq/s of K = 1, 2, 4, 8 runs side by side (in all and per run), each run
   its own model (seeds 0..K-1), AdamW and CUDA-graphed step, on fixed 32 x 128 batches, stepped round-robin
   by the real scheduler; the graphs' warm-ups and captures are left out of the timing (reported apart).
+- compiled: the same, each model torch.compiled inside its graphed step (`compile: true`); its capture
+  seconds hold the compilation.
 - streams-check: whether a run trained side by side equals the same run trained alone. In fp32 with TF32 and
   bf16 reduced-precision reductions off: the step-0 loss and gradients and 8 steps' losses and weights, of
   each of K runs side by side against the same run alone, with dropout off and on (on: each run's own
   generator state inside its graphs), and one run alone twice (the device's own run-to-run floor). Then the
   production precision (bf16 autocast, dropout off): side by side against alone, and each run's bf16
   trajectory against its fp32 one (float noise, about 1e-2 for BERT-base).
+- compiled-check: a compiled run against the same run not compiled, in fp32 (TF32 off) and in bf16, each
+  bf16 trajectory against its fp32 one.
 
 On CPU both run reduced (the bench's tiny BERT, K = 1, 2, eager steps: no graphs there) and say nothing
 about a GPU; the check is then the CPU proof that interleaving changes no run.
@@ -27,7 +31,7 @@ import numpy as np
 import torch
 
 from bertology import tasks
-from bertology.train.device import sync
+from bertology.train.device import compile_model, sync
 from bertology.train.graphs import GraphedStep
 from bertology.train.heads import head_for
 from bertology.train.loop import run_to_end
@@ -71,12 +75,16 @@ class ProbeStep(TrainStep):
         super().clip()
 
 
-def new_run(b: Bench, model: torch.nn.Module, *, lr: float, lane=None, probe: dict | None = None, dropout: bool = True):
+def new_run(b: Bench, model: torch.nn.Module, *, lr: float, lane=None, probe: dict | None = None, dropout: bool = True,
+            compiled: bool = False):
     """`model` (a CPU copy) on the device with AdamW and the step the loop uses there (as CUDA graphs into
-    the lane's pool on CUDA, eager on CPU) and a linear schedule; with `probe`, a ProbeStep."""
+    the lane's pool on CUDA, eager on CPU) and a linear schedule; with `probe`, a ProbeStep; `compiled`:
+    the model torch.compiled as `compile: true` compiles it (device.compile_model)."""
     from transformers import get_linear_schedule_with_warmup
 
     model = copy.deepcopy(model).to(b.device).train(dropout)
+    if compiled:
+        compile_model(model, b.device)
     optimizer = torch.optim.AdamW(param_groups(model, b.hp.weight_decay), lr=lr, fused=True)
     if probe is None:
         step = TrainStep(model, optimizer, max_grad_norm=1.0, device=b.device)
@@ -96,10 +104,11 @@ def models_for(b: Bench, head, seeds) -> dict[int, torch.nn.Module]:
     return out
 
 
-def part_streams(b: Bench, ks: tuple[int, ...]) -> None:
+def part_streams(b: Bench, ks: tuple[int, ...], *, compiled: bool = False) -> None:
     """K runs side by side, round-robin by bertology.train.side_by_side's scheduler: each run's first turns
     load it and capture its graph (warm-up steps), then every run steps `steps` times; the clock runs from a
-    device sync at the start of the first timed round to the sync after the last step."""
+    device sync at the start of the first timed round to the sync after the last step. `compiled`: the
+    `compiled` part, the same with each model torch.compiled (its first warm-up compiles: "capture s")."""
     from transformers import AutoConfig
 
     head = head_for(tasks.get_task("sst2"))
@@ -108,7 +117,9 @@ def part_streams(b: Bench, ks: tuple[int, ...]) -> None:
     vocab = AutoConfig.from_pretrained(b.path).vocab_size
     batch = random_batch(np.random.default_rng(0), vocab, rows, width)
     base = models_for(b, head, range(max(ks)))
-    b.rec.lines(f"## K runs side by side in one process (bertology.train.side_by_side, {rows} x {width} batches, "
+    part = "compiled" if compiled else "streams"
+    b.rec.lines(f"## K runs side by side in one process{', each model compiled' if compiled else ''} "
+                f"(bertology.train.side_by_side, {rows} x {width} batches, "
                 f"{'CUDA streams, the graphed step' if b.cuda else 'interleaved on CPU, the eager step'})", "",
                 "| runs K | seq/s in all | seq/s per run | ms per round | in all over K = 1 | capture s |",
                 "|---|---|---|---|---|---|")
@@ -116,7 +127,7 @@ def part_streams(b: Bench, ks: tuple[int, ...]) -> None:
         clock: dict[str, float] = {"capture": 0.0}
 
         def run(lane, seed, clock=clock):
-            graphed, _, scheduler = new_run(b, base[seed], lr=b.hp.lr, lane=lane)
+            graphed, _, scheduler = new_run(b, base[seed], lr=b.hp.lr, lane=lane, compiled=compiled)
             for i in range(warm + steps):
                 if i == warm and seed == 0:  # run 0's turn opens each round: all runs have warmed up
                     sync(b.device)
@@ -133,18 +144,18 @@ def part_streams(b: Bench, ks: tuple[int, ...]) -> None:
             sync(b.device)
             seconds = time.perf_counter() - clock["start"]
         except (RuntimeError, torch.OutOfMemoryError) as e:
-            b.rec.put("streams", str(k), {"error": f"{type(e).__name__}: {e}"[:500]})
+            b.rec.put(part, str(k), {"error": f"{type(e).__name__}: {e}"[:500]})
             b.rec.lines(f"| {k} | failed: {type(e).__name__}: {str(e)[:80]} | | | | |")
             continue
         finally:
             if b.cuda:
                 torch.cuda.empty_cache()
         seq_s = k * rows * steps / seconds
-        one = b.rec.figures.get("streams", {}).get("1", {}).get("seq_s")
+        one = b.rec.figures.get(part, {}).get("1", {}).get("seq_s")
         figures = {"seq_s": seq_s, "seq_s_per_run": seq_s / k, "ms_per_round": 1000 * seconds / steps,
                    "speedup": seq_s / one if one else None, "capture_s": clock["capture"], "steps": steps,
                    "batch": [rows, width], "mfu": b.mfu(k * rows * width * steps, seconds)}
-        b.rec.put("streams", str(k), figures)
+        b.rec.put(part, str(k), figures)
         b.rec.lines(f"| {k} | {seq_s:,.0f} | {seq_s / k:,.0f} | {1000 * seconds / steps:.1f} | "
                     f"{'' if not one else f'{seq_s / one:.2f}x'} | {clock['capture']:.1f} |")
     b.rec.lines("", ("A round steps every run once (a replay each, on its own stream, from one host thread); 'seq/s "
@@ -152,10 +163,12 @@ def part_streams(b: Bench, ks: tuple[int, ...]) -> None:
                      "not timed."), "")
 
 
-def trajectory(b: Bench, model: torch.nn.Module, batches, record: dict, *, fp32: bool, dropout: bool, lane=None):
+def trajectory(b: Bench, model: torch.nn.Module, batches, record: dict, *, fp32: bool, dropout: bool, lane=None,
+               compiled: bool = False):
     """One run as a generator stepping once per turn: its losses, its step-0 gradients and, at the end,
     its weights, into `record` (CPU copies)."""
-    graphed, step, scheduler = new_run(b, model, lr=1e-4, lane=lane, probe={"fp32": fp32}, dropout=dropout)
+    graphed, step, scheduler = new_run(b, model, lr=1e-4, lane=lane, probe={"fp32": fp32}, dropout=dropout,
+                                       compiled=compiled)
     record["losses"] = []
     for i, batch in enumerate(batches):
         graphed(batch)
@@ -261,3 +274,54 @@ def part_streams_check(b: Bench) -> None:
                      "differences; gradients are taken before clipping, of every parameter; 'alone twice' is what "
                      "the device's kernels give one run twice, against which a nonzero side-by-side difference is "
                      "read."), "")
+
+
+def part_compiled_check(b: Bench) -> None:
+    """A compiled run against the same run not compiled, both alone and graphed, dropout off (inductor draws
+    its own random numbers): in fp32 with TF32 and bf16 reduced-precision reductions off, the step-0 loss and
+    gradients and 8 steps' losses and weights; then in bf16 (the production precision), each trajectory
+    against its fp32 one, so that the compiled run's bf16 difference is read against bf16's own noise."""
+    from transformers import AutoConfig
+
+    head = head_for(tasks.get_task("sst2"))
+    width = 128 if b.cuda else 32
+    vocab = AutoConfig.from_pretrained(b.path).vocab_size
+    rng = np.random.default_rng(2)
+    batches = [random_batch(rng, vocab, b.hp.batch_size, width) for _ in range(8)]
+    base = models_for(b, head, [0])[0]
+    b.rec.lines(f"## A compiled run against the same run not compiled (8 steps of {b.hp.batch_size} x {width}, "
+                f"dropout off, {'graphed' if b.cuda else 'eager on CPU'})", "",
+                "| check | step-0 loss | step-0 gradients | 8 steps' losses | weights after 8 steps |",
+                "|---|---|---|---|---|")
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction)
+    runs: dict[tuple[bool, bool], dict] = {}
+    try:
+        for fp32 in (True, False):
+            if b.cuda:
+                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = not fp32
+                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = not fp32
+            for compiled in (False, True):
+                runs[fp32, compiled] = {}
+                run_to_end(trajectory(b, base, batches, runs[fp32, compiled], fp32=fp32, dropout=False,
+                                      compiled=compiled))
+    finally:
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction) = flags
+    rows = {"fp32: compiled vs not": compare(runs[True, False], runs[True, True]),
+            "bf16: compiled vs not": compare(runs[False, False], runs[False, True]),
+            "not compiled: bf16 vs fp32": compare(runs[True, False], runs[False, False]),
+            "compiled: bf16 vs fp32": compare(runs[True, True], runs[False, True])}
+    for name, diffs in rows.items():
+        b.rec.put("compiled-check", name, diffs)
+        b.rec.lines(f"| {name} | " + " | ".join(f"{diffs[key]:.2e}" for key in ("step0_loss", "step0_grads", "losses",
+                                                                                 "weights")) + " |")
+    if not b.cuda:  # autocast is off on CPU: its "bf16" runs are fp32 runs again
+        b.rec.lines("", "On CPU the loop does not autocast: the bf16 rows are fp32 runs again. Largest absolute "
+                        "differences; gradients before clipping, of every parameter.", "")
+        return
+    within = rows["bf16: compiled vs not"]["losses"] <= 2 * rows["not compiled: bf16 vs fp32"]["losses"]
+    b.rec.put("compiled-check", "bf16_within_noise", within)
+    b.rec.lines("", (f"The compiled run's bf16 losses are {'within' if within else 'beyond'} twice bf16's own noise "
+                     "(the uncompiled run's bf16 losses against its fp32 ones). Largest absolute differences; "
+                     "gradients before clipping, of every parameter."), "")

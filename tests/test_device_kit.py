@@ -164,8 +164,9 @@ def _gpu_py(*args: str, **kwargs) -> subprocess.Popen:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--parts", "ours,speed"], ("--parts: unknown part 'speed' (allowed: streams, streams-check, ours, fused, "
-                                 "overhead, sweep, concurrency, optimisations, profile)")),
+    (["--parts", "ours,speed"], ("--parts: unknown part 'speed' (allowed: streams, compiled, streams-check, "
+                                 "compiled-check, start, overhead, sweep, ours, fused, concurrency, optimisations, "
+                                 "profile)")),
     (["--budget-s", "-5"], "--budget-s must be a number of seconds >= 0, got -5.0"),
     (["--scale", "0"], "--scale must be a number > 0, got 0.0"),
     (["--concurrency", "1,two"], "--concurrency must be comma-separated integers >= 1, got '1,two'"),
@@ -222,6 +223,27 @@ def test_the_streams_parts_run_on_cpu_and_find_every_run_side_by_side_equal_to_a
         "step0_loss": 0.0, "step0_grads": 0.0, "losses": 0.0, "weights": 0.0}
     report = (tmp_path / "report.md").read_text()
     assert "## K runs side by side in one process" in report and "Every run side by side ended exactly as alone" in report
+
+
+def test_the_compiled_and_start_parts_run_on_cpu(tmp_path):
+    """gpu.py's compiled parts in the CPU dry mode (K = 1, 2 compiled runs interleaved; a compiled run against
+    the same run not compiled, to fp32 noise) and the process start's (imports only, and -X importtime)."""
+    proc = _gpu_py("--parts", "compiled,compiled-check,start", "--out", str(tmp_path))
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert {p: s["status"] for p, s in figures["parts"].items()} == {
+        "compiled": "done", "compiled-check": "done", "start": "done"}
+    assert set(figures["compiled"]) == {"1", "2"} and all(figures["compiled"][k]["seq_s"] > 0 for k in ("1", "2"))
+    check = figures["compiled-check"]
+    assert 0 < check["fp32: compiled vs not"]["losses"] < 1e-5  # inductor's own kernels: float noise, no more
+    start = figures["start"]["bytecode as cached, imports only"]
+    assert start["to_first_step_s"] > 0 and start["median_s"]["training imports"] > 0
+    assert len(figures["start"]["importtime_self_top"]) == 10
+    targets = {t["target"]: t["measured"] for t in figures["targets"]}
+    assert targets["one compiled run"] == figures["compiled"]["1"]["seq_s"]
+    report = (tmp_path / "report.md").read_text()
+    assert "each model compiled" in report and "## A step's process start" in report
 
 
 def test_the_device_script_refuses_a_missing_out_folder_a_bad_budget_and_an_empty_kit(tmp_path):
@@ -294,8 +316,8 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
     assert "datasets==5.2.0" in (out / "pip-freeze.txt").read_text().split()
     figures = json.loads((out / "figures.json").read_text())
     assert {p: s["status"] for p, s in figures["parts"].items()} == {
-        p: "done" for p in ("streams", "streams-check", "ours", "fused", "overhead", "sweep", "concurrency",
-                            "optimisations", "profile")}
+        p: "done" for p in ("streams", "compiled", "streams-check", "compiled-check", "start", "overhead", "sweep",
+                            "ours", "fused", "concurrency", "optimisations", "profile")}
     meta = figures["meta"]
     assert (meta["cuda"], meta["python"][:4], meta["versions"]["torch"], meta["versions"]["transformers"],
             meta["versions"]["datasets"]) == (False, "3.12", "2.11.0", "5.17.0", "5.2.0")
@@ -312,7 +334,10 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
     assert all("seq_s" in row for rows in figures["fused"].values() if isinstance(rows, dict) for row in rows.values())
     measured = {t["target"] for t in figures["targets"] if t["measured"] is not None}
     missing = {t["target"] for t in figures["targets"]} - measured
-    assert missing == {"RTE-sized, 3 epochs: aggregate speed-up of K = 4 over K = 1"}  # K = 4: CUDA only
+    assert missing == {"RTE-sized, 3 epochs: aggregate speed-up of K = 4 over K = 1",  # K = 4: CUDA only
+                       "process start to the first training step (BERT-base)"}  # on CPU: the imports only
+    assert set(figures["compiled"]) == {"1", "2"} and all(figures["compiled"][k]["seq_s"] > 0 for k in ("1", "2"))
+    assert figures["compiled-check"]["fp32: compiled vs not"]["losses"] < 1e-4  # inductor on the machine's torch
     assert all(t["met"] is None for t in figures["targets"])  # CPU figures meet or miss nothing
     report = (out / "report.md").read_text()
     assert set(figures["profile"]) == {"eager", "eager-no-clip", "eager-batch-128", "loop-fixed", "loop-sst2-exact",

@@ -130,7 +130,7 @@ DESCRIPTIONS: dict[str, str] = {
     "eval_count": "cap on each evaluation split's examples; empty: whole splits",
     "doc_stride": "SQuAD: tokens shared by consecutive windows of a long context; empty: a third of max_length",
     "checkpoint_every": "training steps between resume states; 0: none",
-    "compile": "true: torch.compile the model",
+    "compile": "true: torch.compile the model inside the graphed step (what it compiles is kept in the store)",
     "cuda_graph": "on a GPU, replay each training step as CUDA graphs (false: eager steps)",
     "bundle": "runs per GPU pod (fine-tune, evaluate, analyze in turn); empty: the fewest that keep the "
               "Workflow inside Argo's limits",
