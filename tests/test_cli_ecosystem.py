@@ -411,6 +411,22 @@ def test_console_names_steps_by_label_and_tells_retries():
     ]
 
 
+def test_the_progress_line_names_the_steps_running_longest_first_and_counts_the_rest():
+    labels = {"prepare-data(0:d0)": "preparing sst2", "build-checkpoint(0:k0)": "building reversed",
+              "build-checkpoint(1:k1)": "building pre-trained"}
+    now = [0.0]
+    progress = Progress(clock=lambda: now[0], label=labels.get)
+    for node in ("build-checkpoint(0:k0)", "prepare-data(0:d0)"):
+        now[0] += 1.0
+        progress.feed(RunEvent("started", node))
+    assert progress.line() == "building reversed, preparing sst2"
+    progress.feed(RunEvent("started", "build-checkpoint(1:k1)"))
+    progress.feed(RunEvent("started", "cell(0:c0).finetune"))
+    assert progress.line() == "building reversed, preparing sst2 and 2 more steps"
+    progress.feed(RunEvent("finished", "build-checkpoint(0:k0)", "Succeeded"))
+    assert progress.line() == "preparing sst2, building pre-trained and 1 more step"
+
+
 def test_plain_lines_print_only_what_changed():
     out = io.StringIO()
     console = Console(NORMAL, out=out, err=io.StringIO(), tty=False, interval_s=3600)

@@ -1,6 +1,6 @@
 """`bertology run` as a user without the Hugging Face hub runs it (a subprocess each): a study whose preset
-needs the hub is one line, at once, naming the model and the ways out; a dry run writes nothing into the
-store; and the command's edges (a study's name for its file, a parameter given as a flag, a negative
+needs the hub is one line, at once, naming the model and the ways out; a hub model in the local cache
+loads at once; a dry run writes nothing into the store; and the command's edges (a study's name for its file, a parameter given as a flag, a negative
 --show, an unknown parameter, a list of seeds that is not one) are one line each, exit 2."""
 
 from __future__ import annotations
@@ -142,3 +142,54 @@ def test_an_unknown_parameter_names_the_workflow_file(tmp_path):
     assert code == 2
     assert err.startswith(f"error: unknown parameter 'sead' for {WORKFLOW} (did you mean 'seeds'?; declared: ")
     assert err.endswith("; Argo would accept it and ignore it)\n")
+
+
+def _cached_hub_model(cache: Path) -> Path:
+    """A 2-layer BERT in the Hugging Face cache's layout, as `acme/tiny-bert` at `main`; its snapshot folder."""
+    from transformers import AutoTokenizer, BertConfig, BertForPreTraining
+
+    from bertology.models import packaged_model_dir
+
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / "models--acme--tiny-bert"
+    snapshot = repo / "snapshots" / sha
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(sha)
+    BertForPreTraining(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64)).save_pretrained(snapshot)
+    AutoTokenizer.from_pretrained(packaged_model_dir()).save_pretrained(snapshot)
+    return snapshot
+
+
+LOAD_CACHED = """
+import sys, time
+from safetensors.torch import load_file
+from bertology.models import ModelRef, load_config, load_pretrained, load_tokenizer
+import bertology.models as models
+asked = []
+ask = models._hub_unreachable
+models._hub_unreachable = lambda timeout: asked.append(1) or ask(timeout)
+start = time.monotonic()
+ref = ModelRef("hub", "acme/tiny-bert")
+config, tokenizer = load_config(ref), load_tokenizer(ref)
+model, _ = load_pretrained(ref)
+seconds = time.monotonic() - start
+saved = load_file(sys.argv[1] + "/model.safetensors")
+same = all(model.state_dict()[k].equal(v) for k, v in saved.items() if k in model.state_dict())
+print(f"{seconds:.1f} {len(asked)} {same} {config.num_hidden_layers} {tokenizer('hello').input_ids}")
+"""
+
+
+def test_a_cached_hub_model_loads_at_once_where_the_hub_refuses(tmp_path):
+    """A hub model in the local cache, with the hub refusing connections: config, tokenizer and weights come
+    from the cache at once (transformers alone asks the hub about each file, retrying each, for minutes),
+    and the process asks whether the hub answers once."""
+    snapshot = _cached_hub_model(tmp_path / "hub-cache")
+    env = {**_env(tmp_path, "http://127.0.0.1:9"), "HF_HUB_CACHE": str(tmp_path / "hub-cache"), "PYTHONPATH": "src"}
+    done = subprocess.run([sys.executable, "-c", LOAD_CACHED, str(snapshot)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seconds, asked, same, layers, ids = done.stdout.split(maxsplit=4)
+    assert float(seconds) < 20 and (asked, same, layers) == ("1", "True", "2"), done.stdout
+    assert ids.strip() == "[101, 7592, 102]" and "Retrying" not in done.stderr

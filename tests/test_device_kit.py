@@ -344,5 +344,5 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
                                        "loop-sst2-multiple-8", "loop-rte-exact-no-cudnn-attention", "compile",
                                        "compile-reduce-overhead"}
     assert figures["profile"]["loop-sst2-exact"]["seq_s"] > 0 and figures["profile"]["compile"] is None  # CUDA only
-    assert report.count("\n## ") == 10 and "| fixed length 128 | Trainer |" in report
+    assert report.count("\n## ") == 13 and "| fixed length 128 | Trainer |" in report
     print(f"bench/device.sh on CPU: {seconds:.0f} s")

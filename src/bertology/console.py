@@ -43,6 +43,7 @@ GROUP_NAMES = {"prepare-data": "datasets", "build-checkpoint": "checkpoints", "c
 CELLS = "cell"
 BESIDE = f"to run beside it, set {DIR_ENV} to a directory of your own"
 STEPS = 1000  # the bar's resolution
+RUNNING_NAMED = 2  # steps named on the progress line when several run; the rest are counted
 
 
 def _duration(seconds: float) -> str:
@@ -191,11 +192,11 @@ class Progress:
         failed = self.counts()[2]
         if failed:
             parts.append(f"{failed} failed")
-        running = sorted(self.running)
-        if len(running) == 1:
-            parts.append(self.step(running[0]))
-        elif running:
-            parts.append(f"{len(running)} steps running")
+        running = sorted(self.running, key=self.running.get)  # the longest running first
+        if running:  # each by what it does: the first two, then how many more
+            more = len(running) - RUNNING_NAMED
+            parts.append(", ".join(self.step(node) for node in running[:RUNNING_NAMED])
+                         + (f" and {more} more step{'s' if more > 1 else ''}" if more > 0 else ""))
         elif not self.waiting:
             parts.append("0 steps running" if self.started_any else "starting")
         if self.waiting:  # for a semaphore another run on this machine holds

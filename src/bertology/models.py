@@ -173,11 +173,11 @@ def load_config(ref: ModelRef) -> PretrainedConfig:
     from transformers import AutoConfig
 
     check_model_ref(ref)
-    check_hub_reachable(ref)
+    hub = hub_access(ref)
     source = _source(ref)
     with _hub_errors(ref):
         try:
-            config = AutoConfig.from_pretrained(source, revision=ref.revision, trust_remote_code=False)
+            config = AutoConfig.from_pretrained(source, revision=ref.revision, trust_remote_code=False, **hub)
         except (ValueError, TypeError) as e:  # a config.json whose values transformers refuses
             raise BadInput(f"model {str(ref)!r}: config.json is not a valid config ({_first_line(e)})") from None
     return require_bert(config, str(ref))
@@ -226,6 +226,7 @@ def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[nn.Module, PreTrained
             return tiny_model(ref.location, seed)
         ref = ModelRef("dir", str(pretrained))  # the store's pre-trained tiny BERT (a study step)
     config = load_config(ref)
+    hub = hub_access(ref)  # the same answer as load_config's, asked once per process and minute
     source = _source(ref)
     # DistilBERT, a comparison checkpoint, is loaded as it is, without a head
     model_class = BertForPreTraining if config.model_type == "bert" else AutoModel
@@ -233,8 +234,8 @@ def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[nn.Module, PreTrained
         torch.manual_seed(seed)
         model, info = model_class.from_pretrained(
             source, config=config, revision=ref.revision, trust_remote_code=False, use_safetensors=True,
-            output_loading_info=True)
-        tokenizer = AutoTokenizer.from_pretrained(source, revision=ref.revision, trust_remote_code=False)
+            output_loading_info=True, **hub)
+        tokenizer = AutoTokenizer.from_pretrained(source, revision=ref.revision, trust_remote_code=False, **hub)
     if model_class is BertForPreTraining and any(k.startswith("cls.predictions.") for k in info["missing_keys"]):
         model = model.bert  # no masked-LM head in the checkpoint: do not invent one
     return model.eval(), tokenizer
@@ -249,9 +250,9 @@ def load_tokenizer(ref: ModelRef) -> PreTrainedTokenizerFast:
         tokenizer.model_max_length = tiny_config(ref.location).max_position_embeddings
         return tokenizer
     check_model_ref(ref)
-    check_hub_reachable(ref)
+    hub = hub_access(ref)
     with _hub_errors(ref):
-        return AutoTokenizer.from_pretrained(_source(ref), revision=ref.revision, trust_remote_code=False)
+        return AutoTokenizer.from_pretrained(_source(ref), revision=ref.revision, trust_remote_code=False, **hub)
 
 
 # The tiny BERT (`tiny:bert`) as transformers' `BertConfig.to_diff_dict()` writes it, less the vocabulary and
@@ -384,15 +385,27 @@ def check_hub_reachable(ref: ModelRef, ways_out: str = HUB_WAYS_OUT) -> None:
     is not known to DNS or refuses the connection. Those do not heal by retrying within minutes, so the
     download's own retries and the step's would only delay the same answer. Anything else (a slow answer,
     a 5xx or a timeout later, mid-download) is left to the download, and is transient as before."""
-    if ref.kind != "hub" or hub_cached(ref):
-        return
+    hub_access(ref, ways_out)
+
+
+def hub_access(ref: ModelRef, ways_out: str = HUB_WAYS_OUT) -> dict:
+    """What `from_pretrained` is given for `ref` besides its name: `local_files_only` for a hub model in the
+    local cache where the hub cannot be reached (else transformers asks the hub about every file, retrying
+    each for minutes, before it reads the cache: 281 s for a cached 2-layer BERT with the hub refusing);
+    nothing otherwise. A hub model neither cached nor reachable is `check_hub_reachable`'s one line."""
+    if ref.kind != "hub":
+        return {}
     from huggingface_hub.constants import is_offline_mode
 
+    cached = hub_cached(ref)
     why = ("HF_HUB_OFFLINE=1 forbids downloading it: download it first, or unset HF_HUB_OFFLINE"
            if is_offline_mode() else hub_unreachable())
-    if why is not None:
-        raise BadInput(f"hub model {str(ref)!r} cannot be reached ({why}) and is not in the local Hugging Face "
-                       f"cache; {ways_out}")
+    if why is None:
+        return {}
+    if cached:
+        return {"local_files_only": True}
+    raise BadInput(f"hub model {str(ref)!r} cannot be reached ({why}) and is not in the local Hugging Face "
+                   f"cache; {ways_out}")
 
 
 def hub_cached(ref: ModelRef) -> bool:
@@ -406,11 +419,33 @@ def hub_cached(ref: ModelRef) -> bool:
     return isinstance(found, str)
 
 
+# Where the hub is (host, port, the proxy), asked here -> (when, the answer): one answer per minute.
+_reachability: dict[tuple, tuple[float, str | None]] = {}
+REACHABILITY_SECONDS = 60.0
+
+
 def hub_unreachable(timeout: float = 1.5) -> str | None:
     """Why the hub endpoint (or the HTTPS proxy that reaches it) cannot be reached, when that is certain
     at once: its host name does not resolve (a temporary DNS failure is asked again once, half a second
     later), or every address refuses the connection or has no route. None when it answers, and when it is
-    only slow (a timeout: the download decides, and retries)."""
+    only slow (a timeout: the download decides, and retries). A process asks once a minute: a step loads a
+    config, a tokenizer and weights, each of which would ask again."""
+    import time
+    import urllib.request
+
+    from huggingface_hub.constants import ENDPOINT
+
+    key = (ENDPOINT, repr(urllib.request.getproxies()))
+    now = time.monotonic()
+    if key in _reachability and now - _reachability[key][0] < REACHABILITY_SECONDS:
+        return _reachability[key][1]
+    answer = _hub_unreachable(timeout)
+    _reachability[key] = (time.monotonic(), answer)
+    return answer
+
+
+def _hub_unreachable(timeout: float) -> str | None:
+    """`hub_unreachable`, asked now."""
     import errno
     import socket
     import time

@@ -118,6 +118,9 @@ def test_the_tiny_study_in_podman_equals_the_in_process_run(built, s3_server, mo
         print(f"{engine}: {time.monotonic() - started:.1f} s")
         runs[engine] = (scan(store, "runs", study="reversed-layers").collect()
                         .drop(TIMING).sort("variant", "task", "seed", "metric"))
+        reports = [key for key in open_store(store).list("studies/reversed-layers/") if key.endswith("/report.md")]
+        opening = open_store(store).read_bytes(reports[0]).decode().splitlines()[0]
+        assert len(reports) == 1 and "Layer reversal" in opening, opening  # the title, from the workflow's header
     assert runs["podman"].height == runs["local"].height > 0
     assert set(runs["podman"]["variant"]) == {"pre-trained", "reversed", "clean"}
     assert runs["podman"]["device"].unique().to_list() == ["cpu"]
