@@ -45,7 +45,8 @@ autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
   own FLOPs (small at length <= 128) and pad tokens are not counted.
 - fused: the steady-state seq/s of one run's step and of K = 1, 2, 4, 8 runs fused into one model
   (bertology.train.fused), eager and as CUDA graphs, on fixed 32 x 128 batches; "in all" counts every
-  run's sequences.
+  run's sequences. First, what a fused run's difference from one run is made of: fused run 0 against one
+  run in fp32 with TF32 off and in bf16, and each bf16 trajectory against its fp32 one.
 - optimisations: eager against the whole step as CUDA graphs (widths in buckets of 32 or 8), compile, the padding waste (share of pad tokens) with and without length
   grouping and with widths bucketed to multiples of 8, training seq/s with and without the buckets, and
   evaluation seq/s at eval batch 128 and 512.

@@ -25,10 +25,19 @@ def random_batch(rng: np.random.Generator, vocab: int, rows: int, width: int) ->
             "token_type_ids": np.zeros((rows, width), dtype=np.int64), "labels": rng.integers(0, 2, rows)}
 
 
+class Fp32:
+    """A step's loss without autocast (in fp32 on CUDA too): mixed into one run's or fused runs' step class."""
+
+    def loss(self, inputs):
+        with torch.autocast("cuda", enabled=False), torch.autocast("cpu", enabled=False):
+            return super().loss(inputs)
+
+
 def training_step(b: Bench, head, k: int, *, fused: bool, graphed: bool, lr: float, weight_decay: float,
-                  warmup: int, total: int, dropout: bool = True):
+                  warmup: int, total: int, dropout: bool = True, fp32: bool = False):
     """K fresh models (seeds 0..K-1) of the bench's checkpoint as one run's step (K = 1) or K fused runs',
-    eager or graphed, with a linear schedule; without `dropout`, in eval mode."""
+    eager or graphed, with a linear schedule; without `dropout`, in eval mode; with `fp32`, without
+    autocast."""
     from transformers import get_linear_schedule_with_warmup
 
     from bertology.train.fused import FusedStep
@@ -40,11 +49,13 @@ def training_step(b: Bench, head, k: int, *, fused: bool, graphed: bool, lr: flo
         torch.manual_seed(seed)
         models.append(head.load(b.path, device=b.device))
     if fused:
-        step = FusedStep(models, lr=lr, weight_decay=weight_decay, max_grad_norm=1.0)
+        kind = type("Fp32FusedStep", (Fp32, FusedStep), {}) if fp32 else FusedStep
+        step = kind(models, lr=lr, weight_decay=weight_decay, max_grad_norm=1.0)
     else:
         (model,) = models
-        step = TrainStep(model, torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, fused=True),
-                         max_grad_norm=1.0, device=b.device)
+        kind = type("Fp32TrainStep", (Fp32, TrainStep), {}) if fp32 else TrainStep
+        step = kind(model, torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, fused=True),
+                    max_grad_norm=1.0, device=b.device)
     step.model.train(dropout)  # without dropout eager and graphed steps compute the same thing
     scheduler = get_linear_schedule_with_warmup(step.optimizer, warmup, total)
     return (GraphedStep(step, log=lambda _: None) if graphed else step), scheduler
@@ -81,6 +92,60 @@ def graphs_agree(b: Bench, head, vocab: int) -> None:
     b.rec.put("fused", "agreement", agreement)
     b.rec.lines("| check (8 steps, dropout off, bf16) | largest difference of a step's loss |", "|---|---|",
                 *(f"| {name} | {value:.2e} |" for name, value in agreement.items() if name != "first loss"), "")
+
+
+def fused_precision(b: Bench, head, vocab: int) -> None:
+    """What a fused run's difference from one run is made of. Eager, dropout off, 8 steps on 8 batches from
+    the same weights: fused run 0 (K = 2) against one run in fp32 with TF32 and bf16 reduced-precision
+    reductions off (the fused arithmetic itself: float noise, if vmap changes only the order of sums),
+    the same in bf16 (the 6.1e-2 of 2026-11-28), and each bf16 trajectory against its own fp32 one (bf16's
+    noise, against which a fused run's bf16 difference is read). Step-0 loss, 8 steps' losses, and the
+    weights after them."""
+    from bertology.train.step import SINCE_CONSOLE_LINE
+
+    rng = np.random.default_rng(3)
+    width = 128 if b.cuda else 32
+    batches = [random_batch(rng, vocab, b.hp.batch_size, width) for _ in range(8)]
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction)
+    runs = {}
+    try:
+        for fp32 in (True, False):
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = not fp32 and flags[0]
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = not fp32 and flags[2]
+            for kind, k in (("one run", 1), ("fused", 2)):
+                step, scheduler = training_step(b, head, k, fused=kind == "fused", graphed=False, lr=1e-4,
+                                                weight_decay=0.01, warmup=2, total=100, dropout=False, fp32=fp32)
+                losses = []
+                for batch in batches:
+                    step(batch)
+                    scheduler.step()
+                    losses.append(float(np.atleast_1d(step.total(SINCE_CONSOLE_LINE))[0]))  # run 0's
+                    step.reset(SINCE_CONSOLE_LINE)
+                weights = step.unstacked(0) if kind == "fused" else step.model.state_dict()
+                runs[fp32, kind] = {"losses": losses, "weights": {key: v.detach().double().cpu() for key, v in weights.items()}}
+                del step, scheduler
+                if b.cuda:
+                    torch.cuda.empty_cache()
+    finally:
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction) = flags
+
+    def differ(a: dict, c: dict) -> dict:
+        return {"step0_loss": abs(a["losses"][0] - c["losses"][0]),
+                "losses": max(abs(x - y) for x, y in zip(a["losses"], c["losses"], strict=True)),
+                "weights": max(float((a["weights"][key] - c["weights"][key]).abs().max()) for key in a["weights"])}
+
+    bf16 = "bf16" if b.cuda else "autocast (fp32 on CPU)"
+    rows = {"fp32, TF32 off: fused run 0 vs one run": differ(runs[True, "fused"], runs[True, "one run"]),
+            f"{bf16}: fused run 0 vs one run": differ(runs[False, "fused"], runs[False, "one run"]),
+            f"one run: {bf16} vs fp32": differ(runs[False, "one run"], runs[True, "one run"]),
+            f"fused run 0: {bf16} vs fp32": differ(runs[False, "fused"], runs[True, "fused"])}
+    b.rec.put("fused", "precision", rows)
+    b.rec.lines("| what a fused run's difference is made of (eager, 8 steps, dropout off) | step-0 loss | "
+                "8 steps' losses | weights after 8 steps |", "|---|---|---|---|",
+                *(f"| {name} | {d['step0_loss']:.2e} | {d['losses']:.2e} | {d['weights']:.2e} |"
+                  for name, d in rows.items()), "")
 
 
 def dtypes_agree(b: Bench, head, vocab: int) -> None:
@@ -127,6 +192,7 @@ def part_fused(b: Bench, ks: tuple[int, ...]) -> None:
     vocab = AutoConfig.from_pretrained(b.path).vocab_size
     batch = random_batch(rng, vocab, rows, width)
     b.rec.lines("## K runs fused into one model (steady state, fixed 32 x 128 batches)", "")
+    fused_precision(b, head, vocab)
     if b.cuda:
         graphs_agree(b, head, vocab)
         dtypes_agree(b, head, vocab)

@@ -329,8 +329,9 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
     assert set(figures["concurrency"]["RTE-sized, 3 epochs"]) == {"1", "2", "processes"}
     assert set(figures["concurrency"]["RTE-sized, 3 epochs"]["processes"]) == {"2"}
     assert set(figures["streams"]) == {"1", "2"} and figures["streams-check"]["all_exact"] is True
-    assert {name: set(rows) for name, rows in figures["fused"].items() if name != "best_seq_s"} == {
+    assert {name: set(rows) for name, rows in figures["fused"].items() if name not in ("best_seq_s", "precision")} == {
         "one run, eager": {"1"}, "fused, eager": {"1", "2"}}  # vmap over the machine's transformers works
+    assert figures["fused"]["precision"]["fp32, TF32 off: fused run 0 vs one run"]["losses"] < 1e-5
     assert all("seq_s" in row for rows in figures["fused"].values() if isinstance(rows, dict) for row in rows.values())
     measured = {t["target"] for t in figures["targets"] if t["measured"] is not None}
     missing = {t["target"] for t in figures["targets"]} - measured
