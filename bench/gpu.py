@@ -33,6 +33,8 @@ autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
   imports, `torch.cuda.init()`, the model onto the device, the first step), BERT-base, bytecode as cached;
   the same with CUDA's initialisation overlapping the imports; the imports without bytecode; and the
   modules whose own import time is largest (`python -X importtime`).
+- bundle: the finetune step on a pod's bundle of 8 RTE-sized runs (3 epochs), one by one in one process
+  (its non-training share) and 4 at a time side by side.
 - ours vs the Trainer: training sequences/s of `bertology.train.finetune` and of the HF Trainer on the same
   batches (`bench/finetune_throughput.run_trainer`: group_by_length, bf16, SDPA, the same batch size,
   eval batch, lr, warmup, weight decay and seed), one after the other in this process: at a fixed length
@@ -132,8 +134,8 @@ from gpu_workload import (
 PEAK_BF16 = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("GH200", 989e12), ("A100", 312e12))
 NA = "n/a (no CUDA)"
 CONCURRENCY_ENV = "BERTOLOGY_GPU_CONCURRENCY"  # bertology.steps.finetune's: `processes` runs K processes
-PARTS = ("streams", "compiled", "streams-check", "compiled-check", "start", "overhead", "sweep", "ours", "fused",
-         "concurrency", "optimisations", "profile")  # the order they run in: the targets' order
+PARTS = ("streams", "compiled", "streams-check", "compiled-check", "start", "bundle", "overhead", "sweep", "ours",
+         "fused", "concurrency", "optimisations", "profile")  # the order they run in: the targets' order
 VERSIONS = ("torch", "transformers", "tokenizers", "accelerate", "datasets", "numpy", "pyarrow")
 
 
@@ -434,7 +436,7 @@ def part_start(b: Bench) -> None:
     import step_start
 
     ways = [("bytecode as cached, BERT-base", ["--runs", "2", "--bert-base"]),
-            ("the same, cuda init overlapping the imports", ["--runs", "2", "--bert-base", "--overlap-cuda-init"]),
+            ("the same, cuda init overlapping the imports", ["--runs", "1", "--bert-base", "--overlap-cuda-init"]),
             ("no bytecode, imports only", ["--runs", "1", "--no-bytecode", "--no-model"])]
     if not b.cuda:  # the reduced run: imports only, once each
         ways = [("bytecode as cached, imports only", ["--runs", "1", "--no-model"])]
@@ -515,17 +517,27 @@ def part_sweep(b: Bench) -> None:
                 + ("" if fixed else " The overhead part did not finish: per-run overheads are not counted."), "")
 
 
-def part_concurrency(b: Bench, ks: tuple[int, ...]) -> None:
+def part_bundle(b: Bench) -> None:
+    """A pod's bundle of 8 RTE-sized runs through the finetune step: one by one in one process (its
+    non-training share: process start, loading, evaluation, saving, publishing, against training), and 4
+    at a time side by side. On CPU a reduced version: 2 runs, K = 1, 2."""
+    part_concurrency(b, (1, 4) if b.cuda else (1, 2), part="bundle", runs=8 if b.cuda else 2, only="rte",
+                     processes=False)
+
+
+def part_concurrency(b: Bench, ks: tuple[int, ...], *, part: str = "concurrency", runs: int | None = None,
+                     only: str | None = None, processes: bool = True) -> None:
     """The finetune step (`python -m jobs.finetune`, scoring and analysis included) on bundles of runs, K at
     a time: side by side in its process (the setting's meaning), and at K > 1 also each run in its own
-    process (BERTOLOGY_GPU_CONCURRENCY=processes). On CPU a reduced version: the RTE-sized bundle only, of 2
-    runs."""
+    process (BERTOLOGY_GPU_CONCURRENCY=processes; not with `processes` false). On CPU a reduced version: the
+    RTE-sized bundle only, of 2 runs. `part`, `runs`, `only` (a task): the `bundle` part's figures."""
     from bertology.spec import Cell, CheckpointSpec, DatasetSpec, Regime, RunSpec, canonical_json
     from bertology.steps.common import checkpoint_key, dataset_key
     from bertology.store import LocalStore
 
-    runs = 4 if b.cuda else 2
-    b.rec.lines(f"## Runs side by side on one device (the finetune step on a bundle of {runs}, `gpu_concurrency` K)",
+    runs = runs or (4 if b.cuda else 2)
+    b.rec.lines(f"## {'A pod' if part == 'bundle' else 'Runs side by side on one device'}: the finetune step on a "
+                f"bundle of {runs}, `gpu_concurrency` K",
                 "", ("| bundle | K | how | wall s | aggregate training seq/s | speed-up over K = 1 "
                      "| non-training share |"),
                 "|---|---|---|---|---|---|---|")
@@ -533,6 +545,8 @@ def part_concurrency(b: Bench, ks: tuple[int, ...]) -> None:
     sizes = {"RTE-sized, 3 epochs": ("rte", b.n(2_490, 128), b.n(277, 32), 3),
              "SST-2 quarter, 1 epoch": ("sst2", b.n(67_349 // 4, 256), b.n(872, 64), 1)}
     for name, (task, rows, dev, epochs) in sizes.items():
+        if only is not None and task != only:
+            continue
         if not b.cuda and task != "rte":
             b.rec.lines(f"| {name} | | | {NA} | | | |")
             continue
@@ -542,7 +556,9 @@ def part_concurrency(b: Bench, ks: tuple[int, ...]) -> None:
         cells = [Cell("bench-gpu", "pre-trained", "tiny:bert", RunSpec(checkpoint, dataset, regime, seed))
                  for seed in range(1, runs + 1)]
         training_s = rows * epochs / b.train_rate(task)  # one run's training at the measured rate
-        ways = [(k, how) for k in ks for how in (("side by side", "processes") if k > 1 else ("one by one",))]
+        ways = [(k, how) for k in ks
+                for how in ((("side by side", "processes") if processes else ("side by side",)) if k > 1
+                            else ("one by one",))]
         for k, how in ways:
             store = LocalStore(b.root / f"conc-{task}-{k}")
             with store.artifact(checkpoint_key(checkpoint.id)) as out:
@@ -564,12 +580,12 @@ def part_concurrency(b: Bench, ks: tuple[int, ...]) -> None:
                 raise RuntimeError(f"{name}, K = {k}: the finetune step exited {done.returncode}: "
                                    f"{done.stderr.strip()[-1000:]}")
             rate = len(cells) * rows * epochs / wall
-            one = figure_at(b.rec.figures, "concurrency", name, "1", "seq_s")
+            one = figure_at(b.rec.figures, part, name, "1", "seq_s")
             speedup = 1.0 if k == 1 else (rate / one if one else None)
             # At K = 1 the runs take turns: all but training is the step's per-run overhead (its process start
             # shared by the bundle; loading, evaluation, scoring, weight distances and saving each run's own).
             share = 1 - training_s * len(cells) / wall if k == 1 else None
-            where = ("concurrency", name, "processes", str(k)) if how == "processes" else ("concurrency", name, str(k))
+            where = (part, name, "processes", str(k)) if how == "processes" else (part, name, str(k))
             b.rec.put(*where, {"task": task, "runs": len(cells), "rows": rows, "epochs": epochs, "how": how,
                                "wall_s": wall, "seq_s": rate, "speedup": speedup,
                                "run_training_s": training_s, "non_training_share": share})
@@ -662,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
         fuse = (1, 2, 4, 8) if b.cuda else (1, 2)
         run = {"streams": lambda: part_streams(b, fuse), "compiled": lambda: part_streams(b, fuse, compiled=True),
                "streams-check": lambda: part_streams_check(b), "compiled-check": lambda: part_compiled_check(b),
-               "start": lambda: part_start(b),
+               "start": lambda: part_start(b), "bundle": lambda: part_bundle(b),
                "ours": lambda: part_ours(b), "fused": lambda: part_fused(b, fuse), "overhead": lambda: part_overhead(b), "sweep": lambda: part_sweep(b),
                "concurrency": lambda: part_concurrency(b, ks), "optimisations": lambda: part_optimisations(b),
                "profile": lambda: part_profile(b)}

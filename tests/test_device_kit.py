@@ -165,8 +165,8 @@ def _gpu_py(*args: str, **kwargs) -> subprocess.Popen:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--parts", "ours,speed"], ("--parts: unknown part 'speed' (allowed: streams, compiled, streams-check, "
-                                 "compiled-check, start, overhead, sweep, ours, fused, concurrency, optimisations, "
-                                 "profile)")),
+                                 "compiled-check, start, bundle, overhead, sweep, ours, fused, concurrency, "
+                                 "optimisations, profile)")),
     (["--budget-s", "-5"], "--budget-s must be a number of seconds >= 0, got -5.0"),
     (["--scale", "0"], "--scale must be a number > 0, got 0.0"),
     (["--concurrency", "1,two"], "--concurrency must be comma-separated integers >= 1, got '1,two'"),
@@ -316,8 +316,8 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
     assert "datasets==5.2.0" in (out / "pip-freeze.txt").read_text().split()
     figures = json.loads((out / "figures.json").read_text())
     assert {p: s["status"] for p, s in figures["parts"].items()} == {
-        p: "done" for p in ("streams", "compiled", "streams-check", "compiled-check", "start", "overhead", "sweep",
-                            "ours", "fused", "concurrency", "optimisations", "profile")}
+        p: "done" for p in ("streams", "compiled", "streams-check", "compiled-check", "start", "bundle", "overhead",
+                            "sweep", "ours", "fused", "concurrency", "optimisations", "profile")}
     meta = figures["meta"]
     assert (meta["cuda"], meta["python"][:4], meta["versions"]["torch"], meta["versions"]["transformers"],
             meta["versions"]["datasets"]) == (False, "3.12", "2.11.0", "5.17.0", "5.2.0")
@@ -328,6 +328,7 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
     assert figures["sweep"]["train_sequences"] == 2_849_199 and figures["sweep"]["with_measured_overheads"]
     assert set(figures["concurrency"]["RTE-sized, 3 epochs"]) == {"1", "2", "processes"}
     assert set(figures["concurrency"]["RTE-sized, 3 epochs"]["processes"]) == {"2"}
+    assert set(figures["bundle"]["RTE-sized, 3 epochs"]) == {"1", "2"}  # side by side only
     assert set(figures["streams"]) == {"1", "2"} and figures["streams-check"]["all_exact"] is True
     assert {name: set(rows) for name, rows in figures["fused"].items() if name not in ("best_seq_s", "precision")} == {
         "one run, eager": {"1"}, "fused, eager": {"1", "2"}}  # vmap over the machine's transformers works
@@ -345,5 +346,5 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
                                        "loop-sst2-multiple-8", "loop-rte-exact-no-cudnn-attention", "compile",
                                        "compile-reduce-overhead"}
     assert figures["profile"]["loop-sst2-exact"]["seq_s"] > 0 and figures["profile"]["compile"] is None  # CUDA only
-    assert report.count("\n## ") == 13 and "| fixed length 128 | Trainer |" in report
+    assert report.count("\n## ") == 14 and "| fixed length 128 | Trainer |" in report
     print(f"bench/device.sh on CPU: {seconds:.0f} s")

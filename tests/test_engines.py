@@ -130,7 +130,7 @@ def test_an_unknown_engine_is_refused_by_the_flag():
 def _copy_tree(dest: Path) -> Path:
     for part in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / part, dest / part)
-    for part in ("src", "jobs", "images"):
+    for part in ("src", "jobs", "images", "workflows"):
         shutil.copytree(REPO / part, dest / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     return dest
 
