@@ -89,6 +89,11 @@ def test_a_dry_run_prints_the_runs_sequences_and_gpu_hours_of_its_plan(tmp_path,
     assert code == 0, err
     assert rates["side_by_side_seq_per_s"] is None
     assert COST.search(out)[4] == f"side by side (gpu_concurrency 2): not measured yet; {solo}"
+    # compiled runs side by side: their own rate again
+    code, out, err = _dry_run(capsys, tmp_path / "store", *params, "gpu_concurrency=2", "compile=true")
+    assert code == 0, err
+    assert rates["compiled_side_by_side_seq_per_s"] is None
+    assert COST.search(out)[4] == f"compiled side by side (gpu_concurrency 2, compile true): not measured yet; {solo}"
 
 
 def test_a_malformed_rates_file_is_named_in_the_cost_line_not_a_traceback(tmp_path, capsys, monkeypatch):
@@ -132,7 +137,8 @@ def test_the_packaged_rates_are_the_last_gpu_measurement():
     rates = cost.load_rates()
     assert (rates.device, rates.measured, rates.solo_seq_per_s, rates.fused_seq_per_s) == (
         "NVIDIA H200", "2026-11-28", 2706.0, 1784.0)
-    assert (rates.side_by_side_seq_per_s, rates.compiled_seq_per_s) == (None, None)  # not measured yet
+    assert (rates.side_by_side_seq_per_s, rates.compiled_seq_per_s, rates.compiled_side_by_side_seq_per_s) == (
+        None, None, None)  # not measured yet
     page = (REPO / "docs" / "measurements.md").read_text()  # where they are written up
     assert "| fixed 128 | 1,604 | 3.3 s | 2,706 |" in page and "| fused, CUDA graphs | 8 | 1,784 |" in page
 

@@ -94,7 +94,7 @@ def cost_line(result, doc: dict | None = None) -> str | None:
     """`cost: R runs, S training sequences; H GPU-hours solo at T seq/s (device, measured date); fused: …`,
     counted from the plan the dry run wrote (the plan step's `study` and `store` outputs); None for a
     workflow without a plan. A study is priced at the rate of the way its pods train: fused (`fuse` K > 1),
-    side by side (`gpu_concurrency` K > 1), compiled (`compile: true`), else one run at a time; a way not
+    side by side (`gpu_concurrency` K > 1; compiled too with `compile: true`), compiled, else one run at a time; a way not
     measured yet says so and gives the solo figure. A rates file that cannot be read is named in the
     line ("no measured rate"): the runs and sequences do not depend on it."""
     from bertology.spec import Cell
@@ -124,9 +124,12 @@ def cost_line(result, doc: dict | None = None) -> str | None:
     fuse, side = execution.get("fuse", 1), execution.get("gpu_concurrency", 1)
     regime = (doc.get("spec") or {}).get("regime") or {}
     # the way its pods train is its cost: fused, side by side, compiled, else one run at a time
+    compiled = bool(regime.get("compile"))
     way = (("fused", f"fuse {fuse}", rates.fused_seq_per_s) if fuse > 1 else
+           ("compiled side by side", f"gpu_concurrency {side}, compile true", rates.compiled_side_by_side_seq_per_s)
+           if side > 1 and compiled else
            ("side by side", f"gpu_concurrency {side}", rates.side_by_side_seq_per_s) if side > 1 else
-           ("compiled", "compile true", rates.compiled_seq_per_s) if regime.get("compile") else None)
+           ("compiled", "compile true", rates.compiled_seq_per_s) if compiled else None)
     if way is not None:
         name, setting, rate = way
         if rate is None:

@@ -23,8 +23,8 @@ The rates (`measured_rates.json` beside this module) are the last ones measured 
 the date and where the measurement is written up, one per way a pod trains its runs, each the sequences of
 all its runs per second: `solo_seq_per_s`, one run at a time; `fused_seq_per_s`, several runs trained as one
 stacked model (`fuse`); `side_by_side_seq_per_s`, several runs side by side on CUDA streams
-(`gpu_concurrency`); `compiled_seq_per_s`, one run with `compile: true`. All but the solo rate are null until
-measured. After the next GPU measurement, edit that file.
+(`gpu_concurrency`); `compiled_seq_per_s`, one run with `compile: true`; `compiled_side_by_side_seq_per_s`,
+both. All but the solo rate are null until measured. After the next GPU measurement, edit that file.
 """
 
 from __future__ import annotations
@@ -50,10 +50,12 @@ TRAIN_SIZES = {
     "mlm-nl": HUB_CORPUS_LINES - 2 * (HUB_CORPUS_LINES // 10),  # 80/10/10 carve of the first 100k sentences
 }
 # The rates of the other ways a pod trains, each null until measured.
-OPTIONAL_RATES = ("fused_seq_per_s", "side_by_side_seq_per_s", "compiled_seq_per_s")
+OPTIONAL_RATES = ("fused_seq_per_s", "side_by_side_seq_per_s", "compiled_seq_per_s",
+                  "compiled_side_by_side_seq_per_s")
 RATES_EXPECTED = ("a JSON object with device (text), measured (a date, YYYY-MM-DD), source (text), "
-                  "solo_seq_per_s (a number > 0) and fused_seq_per_s, side_by_side_seq_per_s and "
-                  "compiled_seq_per_s (each a number > 0, or null until measured)")
+                  "solo_seq_per_s (a number > 0) and fused_seq_per_s, side_by_side_seq_per_s, "
+                  "compiled_seq_per_s and compiled_side_by_side_seq_per_s (each a number > 0, or null until "
+                  "measured)")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class Rates:
     workload: str = ""
     side_by_side_seq_per_s: float | None = None
     compiled_seq_per_s: float | None = None
+    compiled_side_by_side_seq_per_s: float | None = None
 
 
 def subset_rows(rows: int, fraction: float | None, count: int | None) -> int:
