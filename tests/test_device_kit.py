@@ -330,7 +330,8 @@ def test_the_device_call_runs_bench_gpu_py_to_the_end_with_only_the_machines_pac
     assert {name: set(rows) for name, rows in figures["fused"].items() if name not in ("best_seq_s", "precision")} == {
         "one run, eager": {"1"}, "fused, eager": {"1", "2"}}  # vmap over the machine's transformers works
     assert figures["fused"]["precision"]["fp32, TF32 off: fused run 0 vs one run"]["losses"] < 1e-5
-    assert all("seq_s" in row for rows in figures["fused"].values() if isinstance(rows, dict) for row in rows.values())
+    assert all("seq_s" in row for name, rows in figures["fused"].items() if isinstance(rows, dict) and name != "precision"
+               for row in rows.values())
     measured = {t["target"] for t in figures["targets"] if t["measured"] is not None}
     missing = {t["target"] for t in figures["targets"]} - measured
     assert missing == {"RTE-sized, 3 epochs: aggregate speed-up of K = 4 over K = 1",  # K = 4: CUDA only
