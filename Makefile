@@ -9,6 +9,7 @@ TORCH := torch==2.13.0
 UV := uv==0.13.9
 # The browser the report tests and the README screenshots use (bertology.browser); another Chrome: CHROMIUM=path
 CHROMIUM ?= /usr/bin/chromium
+GXX := /usr/bin/g++
 export BERTOLOGY_CHROMIUM := $(CHROMIUM)
 export HF_HUB_OFFLINE ?= 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -61,7 +62,7 @@ demo: $(STAMP)  ## the reversed-layers study on a real pre-trained encoder (the 
 ## report.html in headless Chromium), in two pytest-xdist workers; tests marked xdist_group share a worker
 ## (TEST_WORKERS=0: one process); it ends with the ten slowest tests, to keep the suite's time in view
 TEST_WORKERS ?= 2
-test: lint $(CHROMIUM)  ## make lint, then every test in two workers (the reports in headless Chromium)
+test: lint $(CHROMIUM) $(GXX)  ## make lint, then every test in two workers (the reports in headless Chromium)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=10 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 
 ## lint: ruff; the import map's contracts (lint-imports); strict validation of every Argo YAML; the Helm chart (helm lint, then its rendered output:
@@ -153,6 +154,13 @@ chromium: $(CHROMIUM)  ## Debian's Chromium from apt, once (root, or through sud
 $(CHROMIUM):
 	$$([ "$$(id -u)" = 0 ] || echo sudo) sh -c 'apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium'
+	test -x $@
+
+## g++: the C++ compiler torch.compile's CPU backend builds its kernels with (the compiled-step tests), from
+## apt, once; the machines this project runs on have it already
+$(GXX):
+	$$([ "$$(id -u)" = 0 ] || echo sudo) sh -c 'apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends g++'
 	test -x $@
 
 ## screenshots: docs/screenshots/*.png, the README's report screenshots (three tiny studies, a few minutes)
