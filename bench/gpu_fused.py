@@ -1,5 +1,6 @@
 """bench/gpu.py's `fused` part: K runs trained as one model (bertology.train.fused) against one run's step,
-eager and as CUDA graphs, and on CUDA first a check that the graphed steps train as the eager ones. Apart
+eager and as CUDA graphs (on CUDA also the largest K compiled), after a check of what a fused run's
+difference from one run is made of, and on CUDA a check that the graphed steps train as the eager ones. Apart
 from gpu.py to keep each file one subject; `b` is gpu.py's Bench."""
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ class Fp32:
 
 
 def training_step(b: Bench, head, k: int, *, fused: bool, graphed: bool, lr: float, weight_decay: float,
-                  warmup: int, total: int, dropout: bool = True, fp32: bool = False):
+                  warmup: int, total: int, dropout: bool = True, fp32: bool = False, compiled: bool = False):
     """K fresh models (seeds 0..K-1) of the bench's checkpoint as one run's step (K = 1) or K fused runs',
     eager or graphed, with a linear schedule; without `dropout`, in eval mode; with `fp32`, without
-    autocast."""
+    autocast; `compiled`: the fused runs' vmapped loss torch.compiled (inductor's default mode, inside the
+    step's graphs): whether compiling makes fusing pay, which decides whether the fused path stays."""
     from transformers import get_linear_schedule_with_warmup
 
     from bertology.train.fused import FusedStep
@@ -51,6 +53,8 @@ def training_step(b: Bench, head, k: int, *, fused: bool, graphed: bool, lr: flo
     if fused:
         kind = type("Fp32FusedStep", (Fp32, FusedStep), {}) if fp32 else FusedStep
         step = kind(models, lr=lr, weight_decay=weight_decay, max_grad_norm=1.0)
+        if compiled:
+            step._losses = torch.compile(step._losses)
     else:
         (model,) = models
         kind = type("Fp32TrainStep", (Fp32, TrainStep), {}) if fp32 else TrainStep
@@ -197,15 +201,16 @@ def part_fused(b: Bench, ks: tuple[int, ...]) -> None:
         graphs_agree(b, head, vocab)
         dtypes_agree(b, head, vocab)
     b.rec.lines("| step | runs K | seq/s in all | seq/s per run | ms per step | MFU | capture s |", "|---|---|---|---|---|---|---|")
-    configs = [("one run", 1)] + [("fused", k) for k in ks]
-    for kind, k in configs:
-        for graphed in ((False, True) if b.cuda else (False,)):
-            name = f"{kind}, {'CUDA graphs' if graphed else 'eager'}"
+    configs = [("one run", 1, False)] + [("fused", k, False) for k in ks] + ([("fused", max(ks), True)] if b.cuda else [])
+    for kind, k, compiled in configs:
+        for graphed in ((True,) if compiled else (False, True) if b.cuda else (False,)):
+            name = f"{kind}, {'compiled, ' if compiled else ''}{'CUDA graphs' if graphed else 'eager'}"
             try:
                 with warnings.catch_warnings():
                     warnings.filterwarnings("error", message="There is a performance drop")
                     step, scheduler = training_step(b, head, k, fused=kind == "fused", graphed=graphed, lr=b.hp.lr,
-                                                    weight_decay=b.hp.weight_decay, warmup=10, total=10_000)
+                                                    weight_decay=b.hp.weight_decay, warmup=10, total=10_000,
+                                                    compiled=compiled)
                     for _ in range(warm):
                         step(batch)
                         scheduler.step()
