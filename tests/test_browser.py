@@ -3,6 +3,7 @@ test's "no problems in report.html" (tests/test_e2e.py) means something."""
 
 from __future__ import annotations
 
+import json
 import struct
 import time
 
@@ -91,13 +92,16 @@ def _read_in_browser(chromium, page) -> dict:
     target = chromium._send("Target.createTarget", {"url": page.as_uri()})["targetId"]
     session = chromium._send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
     try:
-        for _ in range(100):  # until the document has loaded
-            found = chromium._send("Runtime.evaluate", {"expression": "document.readyState", "returnByValue": True},
-                                   session)["result"].get("value")
-            if found == "complete":
-                break
+        # until the page itself has loaded: a new tab is first about:blank, whose readyState is "complete"
+        loaded = f"document.readyState === 'complete' && location.href === {json.dumps(page.as_uri())}"
+        deadline = time.monotonic() + 60  # seconds on a loaded machine
+        while not chromium._send("Runtime.evaluate", {"expression": loaded, "returnByValue": True},
+                                 session)["result"].get("value"):
+            assert time.monotonic() < deadline, f"{page} did not load in 60 s"
             time.sleep(0.05)
-        return chromium._send("Runtime.evaluate", {"expression": READ, "returnByValue": True}, session)["result"]["value"]
+        answer = chromium._send("Runtime.evaluate", {"expression": READ, "returnByValue": True}, session)
+        assert "value" in answer["result"], answer  # an exception in READ: its details
+        return answer["result"]["value"]
     finally:
         chromium._send("Target.closeTarget", {"targetId": target})
 

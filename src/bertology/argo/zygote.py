@@ -156,10 +156,15 @@ def _wait_unless_orphaned(pid: int, conn: socket.socket) -> int:
 def serve(path: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the runner's to handle
     die_with_parent(signal.SIGKILL)
-    # listening before the imports: a shared server's clients may connect at once, and wait in the backlog
+    # listening before the imports: a shared server's clients may connect at once, and wait in the backlog.
+    # Bound under a name of its own and renamed once it listens: a client that finds `path` finds a socket
+    # that takes connections (between bind and listen it would refuse them).
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
+    unlisted = f"{path}~" if len(path) + 1 < SOCKET_PATH_MAX else path
+    server.bind(unlisted)
     server.listen(64)
+    if unlisted != path:
+        os.rename(unlisted, path)
     for name in PRELOAD:
         __import__(name)
     import transformers
