@@ -177,7 +177,7 @@ def test_interventions_as_json_gives_each_parameter_s_type_default_and_allowed(c
 # -- bertology studies ----------------------------------------------------------------------------------------
 
 def test_a_title_is_the_header_s_first_sentence_up_to_its_report():
-    from bertology.cli.catalogue import title_and_report
+    from bertology.workflow_header import title_and_report
 
     assert title_and_report("Probing (partial-reinitialization report, §4.4, §6.2 and Fig. 2; CoLA's in Fig. 5 "
                             "(a)): drop BERT's top K layers") == (
@@ -197,13 +197,14 @@ def _studies(capsys, monkeypatch, columns: int) -> list[str]:
 def test_studies_fits_the_terminal_and_shows_whole_titles(capsys, monkeypatch, columns):
     """Each row's cells, read back from the wrapped table, are the whole title with its report and every
     parameter: cut only at spaces, never inside a word, and no line wider than the terminal."""
-    from bertology.cli.catalogue import _default_workflows, study_entry
+    from bertology.cli.catalogue import study_entry
+    from bertology.workflow_header import default_workflows
 
     lines = _studies(capsys, monkeypatch, columns)
     assert all(len(line) <= columns for line in lines)
     assert lines[0].split() == ["study", "title", "(report)", "parameters"]
     rows = read_table(lines)
-    entries = [study_entry(p) for p in sorted(_default_workflows().glob("*.yaml"))]
+    entries = [study_entry(p) for p in sorted(default_workflows().glob("*.yaml"))]
     assert [row[0] for row in rows] == [e["study"] for e in entries]
     for (study, titled, names), entry in zip(rows, entries, strict=True):
         assert titled == f"{entry['title']} ({entry['report']})"

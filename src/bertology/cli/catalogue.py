@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 from bertology.errors import BadInput
+from bertology.workflow_header import default_workflows, header, title_and_report
 
 GAP = "  "  # between columns
 # An example of `bertology checkpoint --apply` with a list-valued parameter: the values after `=` are JSON.
@@ -112,29 +113,6 @@ def apply_example(width: int) -> list[str]:
     return [f"{words[0]} \\", f"{GAP * 3}{words[1]} \\", f"{GAP * 3}{words[2]}"]
 
 
-def _default_workflows() -> Path:
-    """`workflows/` of the checkout this package runs from, else of the current directory."""
-    here = Path(__file__).resolve().parents[3] / "workflows"
-    return here if here.is_dir() else Path("workflows")
-
-
-def title_and_report(sentence: str) -> tuple[str, str]:
-    """(title, report) of a header's first sentence, `Title (report, section): what it does …`: the report is
-    the whole parenthesis, parentheses inside it included ("Probing (…; CoLA's in Fig. 5 (a)): …"). Without
-    one the title is the sentence up to its first colon or full stop, and the report is empty."""
-    text = " ".join(sentence.split())
-    ends = [i for i in (text.find(": "), text.find(". ")) if i >= 0]
-    stop = min(ends) if ends else len(text.rstrip(".:"))
-    start = text.find(" (")
-    if 0 <= start < stop:
-        depth = 0
-        for i in range(start + 1, len(text)):
-            depth += {"(": 1, ")": -1}.get(text[i], 0)
-            if depth == 0:
-                return text[:start].strip(), text[start + 2:i].strip()
-    return text[:stop].strip(), ""
-
-
 def study_entry(path: Path) -> dict | None:
     """A workflow file's name, title and report (its header comment's first sentence: `Title (report,
     section): …`), its parameters as the Workflow passes them (`parameters`: a study's own defaults keep
@@ -154,12 +132,7 @@ def study_entry(path: Path) -> dict | None:
     doc = next((d for d in docs if d.get("kind") in ("Workflow", "CronWorkflow")), None)
     if doc is None:
         return None
-    header = []
-    for line in path.read_text().splitlines():
-        if not line.startswith("#") or not line.strip("# "):
-            break
-        header.append(line.lstrip("# ").strip())
-    summary = " ".join(header)
+    summary = header(path)
     title, report = title_and_report(summary)
     spec = doc.get("spec") or {}
     spec = spec.get("workflowSpec", spec) if doc["kind"] == "CronWorkflow" else spec
@@ -174,7 +147,7 @@ def study_entry(path: Path) -> dict | None:
 
 def cmd_studies(args: argparse.Namespace) -> int:
     """Each workflow with the report it reproduces and its parameters."""
-    directory = Path(args.dir) if args.dir else _default_workflows()
+    directory = Path(args.dir) if args.dir else default_workflows()
     if not directory.is_dir():
         raise BadInput(f"workflows directory '{directory}' not found (pass --dir DIR)")
     entries = [e for e in (study_entry(p) for p in sorted(directory.glob("*.yaml"))) if e is not None]

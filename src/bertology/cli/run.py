@@ -144,10 +144,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _study_hint(text: str) -> str:
     """`bertology run reversed-layers`: a study's name where its file was meant."""
-    from bertology.cli.catalogue import _default_workflows
+    from bertology.workflow_header import default_workflows
 
     name = Path(text).name.removesuffix(".yaml").removesuffix(".yml")
-    for directory in (Path("workflows"), _default_workflows()):
+    for directory in (Path("workflows"), default_workflows()):
         if (directory / f"{name}.yaml").is_file():
             return f" (did you mean {directory / (name + '.yaml')}? `bertology studies` lists the studies)"
     return " (`bertology studies` lists the studies: bertology run workflows/STUDY.yaml)"

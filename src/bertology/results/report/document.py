@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from bertology.results.labels import size_text
+from bertology.workflow_header import CHECKOUT_WORKFLOWS, header, split_header
 
 
 @dataclass(frozen=True)
@@ -45,27 +46,11 @@ def workflow_heading(name: str, directories: tuple[Path, ...] | None = None) -> 
     table): what it does.`: ("Layer reversal", "Reproduces the monolingual report, Table 1: fine-tune …"); the
     workflow is workflows/<name>.yaml of this checkout or the current directory. ("", "") where there is
     none (a report rebuilt where no checkout is at hand)."""
-    directories = directories or (Path(__file__).resolve().parents[4] / "workflows", Path("workflows"))
+    directories = directories or (CHECKOUT_WORKFLOWS, Path("workflows"))
     path = next((d / f"{name}.yaml" for d in directories if (d / f"{name}.yaml").is_file()), None)
     if path is None:
         return "", ""
-    header = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.startswith("#") or not line.strip("# "):
-            break
-        header.append(line.lstrip("# ").strip())
-    text = " ".join(" ".join(header).split())
-    title, source, rest = text, "", ""
-    colon, start = text.find(": "), text.find(" (")
-    if 0 <= start < (colon if colon >= 0 else len(text)):  # `Title (report, table (a)): …`
-        depth = 0
-        for i in range(start + 1, len(text)):
-            depth += {"(": 1, ")": -1}.get(text[i], 0)
-            if depth == 0:
-                title, source, rest = text[:start], text[start + 2:i], text[i + 1:].removeprefix(":").strip()
-                break
-    elif colon >= 0:
-        title, rest = text[:colon], text[colon + 2:]
+    title, source, rest = split_header(header(path))
     end = rest.find(". ")
     rest = rest if end < 0 else rest[:end + 1]
     if len(title) > 80:  # no `Title:` sentence: the name stands
