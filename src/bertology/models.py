@@ -170,10 +170,14 @@ def load_config(ref: ModelRef) -> PretrainedConfig:
     """The checkpoint's config without its weights, so interventions can be validated against its depth."""
     if ref.kind == "tiny":
         return tiny_config(ref.location)
+    check_model_ref(ref)
+    return _config(ref, hub_access(ref))
+
+
+def _config(ref: ModelRef, hub: dict) -> PretrainedConfig:
+    """`load_config` of a checked reference, with `hub_access`'s answer for it."""
     from transformers import AutoConfig
 
-    check_model_ref(ref)
-    hub = hub_access(ref)
     source = _source(ref)
     with _hub_errors(ref):
         try:
@@ -225,8 +229,9 @@ def load_pretrained(ref: ModelRef, seed: int = 0) -> tuple[nn.Module, PreTrained
         if pretrained is None:
             return tiny_model(ref.location, seed)
         ref = ModelRef("dir", str(pretrained))  # the store's pre-trained tiny BERT (a study step)
-    config = load_config(ref)
-    hub = hub_access(ref)  # the same answer as load_config's, asked once per process and minute
+    check_model_ref(ref)
+    hub = hub_access(ref)
+    config = _config(ref, hub)
     source = _source(ref)
     # DistilBERT, a comparison checkpoint, is loaded as it is, without a head
     model_class = BertForPreTraining if config.model_type == "bert" else AutoModel

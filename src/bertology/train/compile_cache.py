@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import torch
 
-from bertology.train.engine import DESCRIPTIVE
+from bertology.train.engine import computing_config
 
 PREFIX = "compile-cache"
 
@@ -47,9 +47,8 @@ def cache_key(model: torch.nn.Module, device: torch.device) -> str:
         where = [props.name, f"{props.major}.{props.minor}"]
     else:
         where = [device.type, platform.machine()]
-    config = {k: v for k, v in model.config.to_dict().items() if k not in DESCRIPTIVE}
     described = json.dumps([torch.__version__, triton_version, platform.python_version(), where,
-                            type(model).__qualname__, config], sort_keys=True, default=str)
+                            type(model).__qualname__, computing_config(model)], sort_keys=True, default=str)
     return hashlib.sha256(described.encode()).hexdigest()[:16]
 
 

@@ -45,10 +45,14 @@ class Engine:
 _kept: list[Engine] = []  # at most one
 
 
+def computing_config(model: torch.nn.Module) -> dict:
+    """The model's config without the fields that only name or describe it: what changes what it computes."""
+    return {k: v for k, v in model.config.to_dict().items() if k not in DESCRIPTIVE}
+
+
 def engine_key(model: torch.nn.Module, *, weight_decay: float, max_grad_norm: float, device: torch.device,
                graphed: bool, compiled: bool = False) -> tuple:
-    config = {k: v for k, v in model.config.to_dict().items() if k not in DESCRIPTIVE}
-    return (type(model).__qualname__, repr(sorted(config.items())),
+    return (type(model).__qualname__, repr(sorted(computing_config(model).items())),
             tuple((name, tuple(p.shape), p.dtype) for name, p in model.named_parameters()),
             weight_decay, max_grad_norm, str(device), graphed, compiled)
 
