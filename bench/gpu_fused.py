@@ -5,11 +5,14 @@ from gpu.py to keep each file one subject; `b` is gpu.py's Bench."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from gpu_streams import compare, exact_fp32
+from gpu_workload import random_batch
 
 from bertology import tasks
 from bertology.train.device import sync
@@ -17,13 +20,6 @@ from bertology.train.heads import head_for
 
 if TYPE_CHECKING:  # gpu.py imports this module: its Bench only names the type here
     from gpu import Bench
-
-
-def random_batch(rng: np.random.Generator, vocab: int, rows: int, width: int) -> dict[str, np.ndarray]:
-    """A training batch of in-vocabulary tokens, every position attended, random binary labels."""
-    return {"input_ids": rng.integers(min(1000, vocab // 2), vocab, (rows, width)),
-            "attention_mask": np.ones((rows, width), dtype=np.int64),
-            "token_type_ids": np.zeros((rows, width), dtype=np.int64), "labels": rng.integers(0, 2, rows)}
 
 
 class Fp32:
@@ -110,13 +106,9 @@ def fused_precision(b: Bench, head, vocab: int) -> None:
     rng = np.random.default_rng(3)
     width = 128 if b.cuda else 32
     batches = [random_batch(rng, vocab, b.hp.batch_size, width) for _ in range(8)]
-    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction)
     runs = {}
-    try:
-        for fp32 in (True, False):
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = not fp32 and flags[0]
-            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = not fp32 and flags[2]
+    for fp32 in (True, False):
+        with exact_fp32() if fp32 else contextlib.nullcontext():
             for kind, k in (("one run", 1), ("fused", 2)):
                 step, scheduler = training_step(b, head, k, fused=kind == "fused", graphed=False, lr=1e-4,
                                                 weight_decay=0.01, warmup=2, total=100, dropout=False, fp32=fp32)
@@ -126,25 +118,17 @@ def fused_precision(b: Bench, head, vocab: int) -> None:
                     scheduler.step()
                     losses.append(float(np.atleast_1d(step.total(SINCE_CONSOLE_LINE))[0]))  # run 0's
                     step.reset(SINCE_CONSOLE_LINE)
-                weights = step.unstacked(0) if kind == "fused" else step.model.state_dict()
-                runs[fp32, kind] = {"losses": losses, "weights": {key: v.detach().double().cpu() for key, v in weights.items()}}
+                weights = step.unstacked(0) if kind == "fused" else step.model.state_dict()  # in one key order
+                runs[fp32, kind] = {"losses": losses, "weights": [v.detach().cpu() for v in weights.values()]}
                 del step, scheduler
                 if b.cuda:
                     torch.cuda.empty_cache()
-    finally:
-        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction) = flags
-
-    def differ(a: dict, c: dict) -> dict:
-        return {"step0_loss": abs(a["losses"][0] - c["losses"][0]),
-                "losses": max(abs(x - y) for x, y in zip(a["losses"], c["losses"], strict=True)),
-                "weights": max(float((a["weights"][key] - c["weights"][key]).abs().max()) for key in a["weights"])}
 
     bf16 = "bf16" if b.cuda else "autocast (fp32 on CPU)"
-    rows = {"fp32, TF32 off: fused run 0 vs one run": differ(runs[True, "fused"], runs[True, "one run"]),
-            f"{bf16}: fused run 0 vs one run": differ(runs[False, "fused"], runs[False, "one run"]),
-            f"one run: {bf16} vs fp32": differ(runs[False, "one run"], runs[True, "one run"]),
-            f"fused run 0: {bf16} vs fp32": differ(runs[False, "fused"], runs[True, "fused"])}
+    rows = {"fp32, TF32 off: fused run 0 vs one run": compare(runs[True, "fused"], runs[True, "one run"]),
+            f"{bf16}: fused run 0 vs one run": compare(runs[False, "fused"], runs[False, "one run"]),
+            f"one run: {bf16} vs fp32": compare(runs[False, "one run"], runs[True, "one run"]),
+            f"fused run 0: {bf16} vs fp32": compare(runs[False, "fused"], runs[True, "fused"])}
     b.rec.put("fused", "precision", rows)
     b.rec.lines("| what a fused run's difference is made of (eager, 8 steps, dropout off) | step-0 loss | "
                 "8 steps' losses | weights after 8 steps |", "|---|---|---|---|",

@@ -23,12 +23,14 @@ about a GPU; the check is then the CPU proof that interleaving changes no run.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from gpu_workload import random_batch
 
 from bertology import tasks
 from bertology.train.device import compile_model, sync
@@ -44,13 +46,6 @@ if TYPE_CHECKING:  # gpu.py imports this module: its Bench only names the type h
 
 def quiet(*_) -> None:
     pass
-
-
-def random_batch(rng: np.random.Generator, vocab: int, rows: int, width: int) -> dict[str, np.ndarray]:
-    """A training batch of in-vocabulary tokens, every position attended, random binary labels."""
-    return {"input_ids": rng.integers(min(1000, vocab // 2), vocab, (rows, width)),
-            "attention_mask": np.ones((rows, width), dtype=np.int64),
-            "token_type_ids": np.zeros((rows, width), dtype=np.int64), "labels": rng.integers(0, 2, rows)}
 
 
 class ProbeStep(TrainStep):
@@ -181,13 +176,30 @@ def trajectory(b: Bench, model: torch.nn.Module, batches, record: dict, *, fp32:
     record["weights"] = [v.detach().cpu().clone() for v in step.model.state_dict().values()]
 
 
+@contextlib.contextmanager
+def exact_fp32():
+    """fp32 arithmetic as fp32: TF32 and bf16 reduced-precision reductions off inside, the flags as they were
+    after (the production precision, which the bf16 runs of a check keep)."""
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction) = flags
+
+
 def largest(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     return max(float((x.double() - y.double()).abs().max()) for x, y in zip(a, b, strict=True))
 
 
 def compare(alone: dict, other: dict) -> dict:
-    return {"step0_loss": abs(alone["losses"][0] - other["losses"][0]),
-            "step0_grads": largest(alone["grads"], other["grads"]),
+    """The largest differences of two trajectories (`trajectory`'s records; the step-0 gradients where both
+    kept them)."""
+    grads = {"step0_grads": largest(alone["grads"], other["grads"])} if "grads" in alone and "grads" in other else {}
+    return {"step0_loss": abs(alone["losses"][0] - other["losses"][0]), **grads,
             "losses": float(np.max(np.abs(np.subtract(alone["losses"], other["losses"])))),
             "weights": largest(alone["weights"], other["weights"])}
 
@@ -203,9 +215,6 @@ def part_streams_check(b: Bench) -> None:
     rng = np.random.default_rng(1)
     batches = [random_batch(rng, vocab, b.hp.batch_size, width) for _ in range(8)]
     base = models_for(b, head, range(k))
-    flags = {"matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32, "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-             "matmul.allow_bf16_reduced_precision_reduction":
-                 torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction}
     b.rec.lines(f"## Runs side by side against the same runs alone ({k} runs, 8 steps of {b.hp.batch_size} x {width}, "
                 f"{'CUDA streams, graphed' if b.cuda else 'interleaved on CPU, eager'})", "",
                 "| check | step-0 loss | step-0 gradients | 8 steps' losses | weights after 8 steps |",
@@ -238,11 +247,8 @@ def part_streams_check(b: Bench) -> None:
         diffs = [compare(a, t) for a, t in pairs]
         return {key: max(d[key] for d in diffs) for key in diffs[0]}
 
-    try:
-        if b.cuda:
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-        fp32 = {}
+    fp32 = {}
+    with exact_fp32():
         for dropout in (False, True):
             name = f"fp32, dropout {'on' if dropout else 'off'}"
             alone, together, again = runs(True, dropout)
@@ -253,11 +259,6 @@ def part_streams_check(b: Bench) -> None:
                                               "exact": all(v == 0 for v in side.values())})
             row(f"{name}: side by side vs alone (largest of {k} runs)", side)
             row(f"{name}: one run alone twice (the device's floor)", floor)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = flags["matmul.allow_tf32"]
-        torch.backends.cudnn.allow_tf32 = flags["cudnn.allow_tf32"]
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = \
-            flags["matmul.allow_bf16_reduced_precision_reduction"]
     name = "bf16, dropout off" if b.cuda else "autocast (fp32 on CPU), dropout off"
     alone, together, again = runs(False, False)
     side = worst(zip(alone, together))
@@ -293,21 +294,13 @@ def part_compiled_check(b: Bench) -> None:
                 f"dropout off, {'graphed' if b.cuda else 'eager on CPU'})", "",
                 "| check | step-0 loss | step-0 gradients | 8 steps' losses | weights after 8 steps |",
                 "|---|---|---|---|---|")
-    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction)
     runs: dict[tuple[bool, bool], dict] = {}
-    try:
-        for fp32 in (True, False):
-            if b.cuda:
-                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = not fp32
-                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = not fp32
+    for fp32 in (True, False):
+        with exact_fp32() if fp32 else contextlib.nullcontext():
             for compiled in (False, True):
                 runs[fp32, compiled] = {}
                 run_to_end(trajectory(b, base, batches, runs[fp32, compiled], fp32=fp32, dropout=False,
                                       compiled=compiled))
-    finally:
-        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction) = flags
     rows = {"fp32: compiled vs not": compare(runs[True, False], runs[True, True]),
             "bf16: compiled vs not": compare(runs[False, False], runs[False, True]),
             "not compiled: bf16 vs fp32": compare(runs[True, False], runs[False, False]),

@@ -1,5 +1,5 @@
 """The GPU bench's workload: synthetic prepared-data splits whose token lengths follow GLUE's (the
-histograms in bench/glue_lengths.json), the model it trains (BERT-base on CUDA, a tiny BERT on CPU) and the
+histograms in bench/glue_lengths.json), fixed-width random batches, the model it trains (BERT-base on CUDA, a tiny BERT on CPU) and the
 padding a batching scheme wastes. Apart from bench/gpu.py so the measurements read without the data."""
 
 from __future__ import annotations
@@ -20,6 +20,13 @@ GLUE = tuple(LENGTHS["tasks"])
 # Public GLUE dev sizes (MNLI: matched + mismatched), for the evaluation part of the sweep estimate.
 DEV_SIZES = {"cola": 1043, "sst2": 872, "mrpc": 408, "stsb": 1500, "qqp": 40430, "mnli": 19647, "qnli": 5463,
              "rte": 277, "wnli": 71}
+
+
+def random_batch(rng: np.random.Generator, vocab: int, rows: int, width: int) -> dict[str, np.ndarray]:
+    """A training batch of in-vocabulary tokens, every position attended, random binary labels."""
+    return {"input_ids": rng.integers(min(1000, vocab // 2), vocab, (rows, width)),
+            "attention_mask": np.ones((rows, width), dtype=np.int64),
+            "token_type_ids": np.zeros((rows, width), dtype=np.int64), "labels": rng.integers(0, 2, rows)}
 
 
 def sample_lengths(task: str, n: int, rng: np.random.Generator) -> np.ndarray:
