@@ -57,8 +57,10 @@ autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
   the device or as the loop makes them (pinned copies), at a fixed width and on SST-2's lengths.
 - per-run overhead, by phase, timed by running the finetune step's own calls: process start (a fresh
   interpreter importing the step), loading (tokenizer and model onto the device), tokenized data (the
-  prepared Parquet into batches), evaluation (3 epochs' dev evaluations), resume states (a snapshot per
-  1,000 steps), saving and publishing (the model into a store artifact), and its share of a run's GPU time
+  prepared Parquet into batches), evaluation (3 epochs' dev evaluations and the kept weights' scoring),
+  resume states (a snapshot per 1,000 steps), measures (inference speed and weight distances, from the
+  model in memory: weights not kept are never saved), publishing (the run's tables into store
+  artifacts), and its share of a run's GPU time
   for an RTE-sized and an SST-2-sized run (3 epochs, K = 1).
 - the GLUE sweep: nine tasks, 3 epochs, one model and seed: per-task training throughput measured on each
   task's lengths, plus the measured overheads, at the public training and dev sizes.
@@ -85,6 +87,7 @@ import contextlib
 import dataclasses
 import importlib.metadata
 import io
+import json
 import logging
 import math
 import os
@@ -375,10 +378,13 @@ def part_profile(b: Bench) -> None:
 
 
 def time_phases(b: Bench, task: str, train_rows: int, dev_rows: int, epochs: int, train_rate: float) -> dict:
-    """Per-run overhead by phase, timed on the calls the finetune step makes."""
+    """Per-run overhead by phase, timed on the calls the finetune step makes for a run whose weights are not
+    kept (a study's default): they are scored and measured in memory, never saved."""
     from transformers import AutoTokenizer
 
+    from bertology.steps.weight_distance import weight_distance
     from bertology.store import LocalStore
+    from bertology.train.profile import inference_speed
     from bertology.train.state import snapshot
 
     phases = {}
@@ -396,7 +402,7 @@ def time_phases(b: Bench, task: str, train_rows: int, dev_rows: int, epochs: int
     head = head_for(tasks.get_task(task))
     sync(b.device)
     start = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(b.path)
+    AutoTokenizer.from_pretrained(b.path)
     model = head.load(b.path, device=b.device)
     sync(b.device)
     phases["loading"] = time.perf_counter() - start
@@ -407,9 +413,9 @@ def time_phases(b: Bench, task: str, train_rows: int, dev_rows: int, epochs: int
     head.evaluate(model, val.slice(0, 8), batch_size=b.hp.eval_batch_size, device=b.device)  # warm kernels
     sync(b.device)
     start = time.perf_counter()
-    head.evaluate(model, val, batch_size=b.hp.eval_batch_size, device=b.device)
+    _, predictions = head.evaluate(model, val, batch_size=b.hp.eval_batch_size, device=b.device)
     sync(b.device)
-    phases["evaluation"] = (time.perf_counter() - start) * epochs
+    phases["evaluation"] = (time.perf_counter() - start) * (epochs + 1)  # each epoch's, and the kept weights' scoring
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)  # one step, so its state has its full size
     model(input_ids=torch.ones(2, 8, dtype=torch.long, device=b.device)).logits.sum().backward()
     optimizer.step()
@@ -418,13 +424,17 @@ def time_phases(b: Bench, task: str, train_rows: int, dev_rows: int, epochs: int
     snapshot({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
     b.snapshot_s = time.perf_counter() - start
     phases["resume states"] = b.snapshot_s * ((math.ceil(train_rows / b.hp.batch_size) * epochs) // b.hp.checkpoint_every)
+    sync(b.device)
+    start = time.perf_counter()
+    inference_speed(model, batch_size=b.hp.eval_batch_size, seq_len=128, device=b.device)
+    weight_distance(b.path, model.state_dict())
+    sync(b.device)
+    phases["measures"] = time.perf_counter() - start
     store = LocalStore(b.root / "store")
     start = time.perf_counter()
-    with store.artifact(f"bench/{task}-{time.monotonic_ns()}") as out:
-        model.save_pretrained(out / "model")
-        tokenizer.save_pretrained(out / "model")
-        phases["saving"] = time.perf_counter() - start
-        start = time.perf_counter()
+    with store.artifact(f"bench/{task}-{time.monotonic_ns()}") as out:  # the run's outputs into an artifact
+        pq.write_table(predictions, out / "predictions.parquet")
+        (out / "result.json").write_text(json.dumps({"epochs": epochs, "phases_s": phases}))
     phases["publishing"] = time.perf_counter() - start
     phases["training"] = train_rows * epochs / train_rate
     return phases
@@ -471,7 +481,7 @@ def part_start(b: Bench) -> None:
 def part_overhead(b: Bench) -> None:
     runs = {"RTE-sized": ("rte", b.n(2_490, 256), b.n(277, 64)), "SST-2-sized": ("sst2", b.n(67_349, 1_024), b.n(872, 128))}
     b.rec.lines("## Per-run overhead by phase (seconds, one run at a time, 3 epochs)", "",
-                ("| run | process start | loading | tokenized data | evaluation | resume states | saving | publishing "
+                ("| run | process start | loading | tokenized data | evaluation | resume states | measures | publishing "
                  "| training | **overhead** |"),
                 "|---|" + "---|" * 9)
     for name, (task, rows, dev) in runs.items():
@@ -489,7 +499,7 @@ def part_overhead(b: Bench) -> None:
 
 def part_sweep(b: Bench) -> None:
     measured = b.rec.figures.get("overhead", {}).get("RTE-sized")
-    per_run = {"process start", "loading", "saving", "publishing"}  # the same for any run size
+    per_run = {"process start", "loading", "measures", "publishing"}  # the same for any run size
     fixed = {k: v for k, v in measured["phases_s"].items() if k in per_run} if measured else {}
     b.rec.lines("## A GLUE sweep: one model, one seed, nine tasks, 3 epochs (estimate from measured rates)", "",
                 "| task | train size | seq/s (measured on its lengths) | training min | eval + overhead min |",
@@ -583,7 +593,7 @@ def part_concurrency(b: Bench, ks: tuple[int, ...], *, part: str = "concurrency"
             one = figure_at(b.rec.figures, part, name, "1", "seq_s")
             speedup = 1.0 if k == 1 else (rate / one if one else None)
             # At K = 1 the runs take turns: all but training is the step's per-run overhead (its process start
-            # shared by the bundle; loading, evaluation, scoring, weight distances and saving each run's own).
+            # shared by the bundle; loading, evaluation, scoring and weight distances each run's own).
             share = 1 - training_s * len(cells) / wall if k == 1 else None
             where = (part, name, "processes", str(k)) if how == "processes" else (part, name, str(k))
             b.rec.put(*where, {"task": task, "runs": len(cells), "rows": rows, "epochs": epochs, "how": how,

@@ -96,3 +96,36 @@ def test_an_analysis_stored_before_the_output_projection_rows(tmp_path, caplog, 
         from bertology.results.analysis import runs_without_projection
 
         assert runs_without_projection(published) == 1
+
+
+def test_weights_not_kept_are_scored_and_measured_in_memory_as_kept_ones_are_from_their_files(tmp_path, monkeypatch):
+    """A run whose weights are not kept is scored and measured from the model in memory, never saved and read
+    back; its metrics, predictions and weight distances are exactly those the evaluate and analyze steps
+    compute from the same run's kept weights."""
+    import pyarrow.parquet as pq
+    from transformers import PreTrainedModel
+
+    saved, original = [], PreTrainedModel.save_pretrained
+
+    def save_pretrained(self, directory, *args, **kwargs):
+        saved.append(directory)
+        return original(self, directory, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", save_pretrained)
+    tables = {}
+    for keep in (True, False):
+        store = LocalStore(tmp_path / str(keep))
+        prepare_data.prepare(store, RUN.dataset)
+        build_checkpoint.build(store, RUN.checkpoint)
+        saved.clear()
+        _steps(store, Cell("memory", "pre-trained", "tiny:bert", RUN, keep_weights=keep))
+        assert len(saved) == (1 if keep else 0), saved  # kept: saved once; not kept: never written
+        root = tmp_path / str(keep)
+        tables[keep] = {name: pq.read_table(root / run_key(RUN.id, step) / name)
+                        for step, name in (("evaluate", "metrics.parquet"), ("evaluate", "predictions.parquet"),
+                                           ("analyze", "weight_distance.parquet"))}
+    for name, kept in tables[True].items():
+        other = tables[False][name]
+        if name == "metrics.parquet":  # the rest (train seconds, throughput) is each run's own timing
+            kept, other = (t.select(["split", "metric", "value", "primary", "best_epoch"]) for t in (kept, other))
+        assert kept.num_rows > 0 and kept.equals(other), name

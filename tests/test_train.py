@@ -180,6 +180,36 @@ def test_a_killed_run_resumes_to_the_same_result_bit_for_bit(tiny, tmp_path, eve
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.parametrize("selection", ["best", "last"])
+def test_the_selected_points_evaluations_come_with_the_result_but_not_across_a_resume(tiny, tmp_path, selection):
+    """The loop hands back what head.evaluate returned at the selected point (the finetune step scores weights
+    it does not keep with it instead of evaluating them again): exactly what evaluating the saved weights
+    gives. A run resumed after that point has no such evaluations (resume states do not hold them): None."""
+    from bertology.train import head_for
+
+    model_dir, train, val = tiny
+    hp = dataclasses.replace(HP, epochs=3, checkpoint_every=6, selection=selection)  # 12 steps an epoch
+    train, evals = train.slice(0, 96), {"validation": val}
+    whole = finetune(model_dir, TASK, train, evals, hp, 3, tmp_path / "whole", device="cpu", log=lambda _: None)
+    metrics, predictions = whole.evaluated["validation"]
+    again = head_for(TASK).evaluate(load_finetuned(tmp_path / "whole", TASK, "cpu"), val, batch_size=hp.eval_batch_size,
+                                    device=torch.device("cpu"))
+    assert metrics == again[0] and predictions.equals(again[1])
+    assert {f"validation/{k}": v for k, v in metrics.items()} == whole.best_metrics
+    sink = MemorySink(kill_after=5)  # killed at step 30, in epoch 3
+    with pytest.raises(Killed):
+        finetune(model_dir, TASK, train, evals, hp, 3, tmp_path / "killed", device="cpu", log=lambda _: None,
+                 state=sink)
+    resumed = finetune(model_dir, TASK, train, evals, hp, 3, tmp_path / "resumed", device="cpu",
+                       log=lambda _: None, state=sink)
+    assert resumed.best_step == whole.best_step
+    if selection == "best":  # this run's best point is epoch 1's, evaluated before the resume
+        assert resumed.best_step == 12 and resumed.evaluated is None
+    else:  # the last point, evaluated after it
+        assert resumed.best_step == 36
+        assert resumed.evaluated["validation"][0] == metrics and resumed.evaluated["validation"][1].equals(predictions)
+
+
 def test_a_state_from_another_configuration_is_ignored(tiny, tmp_path):
     model_dir, train, val = tiny
     hp = dataclasses.replace(HP, epochs=1, checkpoint_every=4)

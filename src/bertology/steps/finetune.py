@@ -1,8 +1,9 @@
 """finetune: train one cell's checkpoint on its dataset; keep the best point's weights and the curves.
 
-Writes `runs/<run-id>/finetune/{model/, curves.parquet, result.json}` (and `activations.parquet` when the
-regime names a native `reference` model) and publishes the curves (and activation distances) to
-`results/<table>/study=<study>/`. A sequential run (`after`: the intermediate run) starts from the
+Writes `runs/<run-id>/finetune/{model/, curves.parquet, result.json}` (`model/` only when the run keeps its
+weights: weights nobody keeps are scored and measured here from the model in memory, never written; and
+`activations.parquet` when the regime names a native `reference` model) and publishes the curves (and
+activation distances) to `results/<table>/study=<study>/`. A sequential run (`after`: the intermediate run) starts from the
 intermediate run's fine-tuned weights with the task head its `final_head` names (new, or the intermediate
 run's); the intermediate run is trained first, in this process, if it is not finished yet. While it
 trains, the resume state lives in `runs/<run-id>/finetune-state/` (two slots, see bertology.train.state):
@@ -28,7 +29,6 @@ import functools
 import json
 import logging
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -167,17 +167,21 @@ def _training(store: Store, cells: list[Cell], lane=None):
         outs = [stack.enter_context(store.artifact(run_key(cell.run.id, "finetune"),
                                                    {"spec": cell.run.to_dict(), "weights": cell.keep_weights}))
                 for cell in cells]
+
+        def finish(i: int, result, model) -> None:  # the run's weights are in `model` now
+            _write_outputs(store, cells[i], outs[i], result, monitor is not None, model)
+
         results = yield from training(
-            start_dirs, task, train_table, evals, hp, run.seed, [out / "model" for out in outs], log=say,
+            start_dirs, task, train_table, evals, hp, run.seed,
+            [out / "model" if cell.keep_weights else None for cell, out in zip(cells, outs)], log=say,
             state=state, monitor=monitor, new_head=run.after is not None and run.final_head == "new",
             carry_head=run.final_head == "carried",  # only a sequential run carries a head
             tracks=[tracker and tracker.update for tracker in trackers], fused=fused,
             names=[cell.run.id for cell in cells], lane=lane,
-            compile_cache=compile_cache(store) if r.compile else None)
-        for cell, tracker, out, result in zip(cells, trackers, outs, results):
+            compile_cache=compile_cache(store) if r.compile else None, finish=finish)
+        for tracker, result in zip(trackers, results):
             if tracker is not None:  # a run without steps (regime none) has only its evaluation point
                 tracker.update(result.losses, result.curves)
-            _write_outputs(store, cell, out, result, monitor is not None)
     state.clear()
 
 
@@ -218,24 +222,24 @@ def _start_dir(store: Store, cell: Cell) -> Path:
     return read_or_rebuild(store, after, lambda: store.local_dir(after) / "model", lambda: finetune(store, intermediate))
 
 
-def _write_outputs(store: Store, cell: Cell, out: Path, result, monitored: bool) -> None:
-    """A trained run's curves, activation distances and result.json into its artifact; scored and measured
-    here, and its weights dropped, when they are not kept."""
+def _write_outputs(store: Store, cell: Cell, out: Path, result, monitored: bool, model) -> None:
+    """A trained run's curves, activation distances and result.json into its artifact (its weights are
+    there already when they are kept); weights that are not kept are scored and measured here, from
+    `model`, which holds them, and never written."""
     r = cell.run.regime
     pq.write_table(curves_table(result.curves, result.losses), out / "curves.parquet")
     if monitored:
         rows = [{"reference": r.reference, **row} for row in result.monitor]
         pq.write_table(pa.Table.from_pylist(rows), out / "activations.parquet")
-    (out / "result.json").write_text(json.dumps({
+    trained = {
         "best_epoch": result.best_epoch, "best_step": result.best_step, "best_metrics": result.best_metrics,
         "selected_points": result.selected_points,
         "wall_seconds": result.wall_seconds, "device": result.device, "num_train": result.num_train,
-        "throughput": result.throughput, "step_kind": result.step_kind, "epochs": r.epochs}, indent=2))
-    if not cell.keep_weights:  # used here, before they leave the pod, then dropped
-        trained = json.loads((out / "result.json").read_text())
-        scoring.score(store, cell, out / "model", trained)
-        weight_distance.measure(store, cell, out / "model")
-        shutil.rmtree(out / "model")
+        "throughput": result.throughput, "step_kind": result.step_kind, "epochs": r.epochs}
+    (out / "result.json").write_text(json.dumps(trained, indent=2))
+    if not cell.keep_weights:  # used here, before they leave the pod
+        scoring.score_model(store, cell, model, trained, result.evaluated)  # evaluated at its point already
+        weight_distance.measure(store, cell, model.state_dict())
 
 
 def redo_from_weights(store: Store, cell: Cell, redo: Callable[[], object]) -> None:

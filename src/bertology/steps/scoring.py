@@ -26,23 +26,38 @@ log = logging.getLogger("bertology")
 
 
 def score(store: Store, cell: Cell, weights: Path, trained: dict) -> None:
-    """Evaluate fine-tuned `weights` on every eval split of the cell's task and publish the evaluate
-    artifact; `trained` is the fine-tune step's result.json (best epoch, wall time, device, ...)."""
+    """Evaluate fine-tuned `weights` (a saved model's folder) on every eval split of the cell's task and
+    publish the evaluate artifact; `trained` is the fine-tune step's result.json (best epoch, wall time,
+    device, ...)."""
+    from bertology import tasks
+    from bertology.train import load_finetuned
+    from bertology.train.device import pick_device
+
+    device = pick_device(None)
+    score_model(store, cell, load_finetuned(weights, tasks.get_task(cell.run.dataset.task), device), trained)
+
+
+def score_model(store: Store, cell: Cell, model, trained: dict, evaluated: dict | None = None) -> None:
+    """`score` of a fine-tuned model in memory, on the device it is on and as it is (a torch.compiled model
+    evaluates compiled, as its training curves did): the fine-tune step's, for weights it does not keep
+    (they are never written and read back). `evaluated`: split -> (metrics, predictions) that
+    head.evaluate already returned for these weights (the training loop's, at the selected point); the
+    splits it lacks are evaluated here. The model is left in eval mode."""
     run = cell.run
     key = run_key(run.id, "evaluate")
     from bertology import tasks
-    from bertology.train import head_for, load_finetuned
-    from bertology.train.device import pick_device
+    from bertology.train import head_for
 
     task = tasks.get_task(run.dataset.task)
     head = head_for(task)
     data_dir = dataset_dir(store, run.dataset)
-    device = pick_device(None)
-    model = load_finetuned(weights, task, device)
+    device = next(model.parameters()).device
+    model.eval()
     metric_rows, prediction_tables = [], []
+    evaluated = evaluated or {}
     for split in task.eval_splits:
-        metrics, predictions = head.evaluate(model, head.read_split(data_dir, split),
-                                             batch_size=run.regime.eval_batch_size, device=device)
+        metrics, predictions = evaluated.get(split) or head.evaluate(
+            model, head.read_split(data_dir, split), batch_size=run.regime.eval_batch_size, device=device)
         for metric, value in metrics.items():
             metric_rows.append({
                 "split": split, "metric": metric, "value": float(value),

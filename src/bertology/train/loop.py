@@ -16,7 +16,8 @@ monolingual report's "best epoch", the cross-lingual report's early stopping); o
 the last step (the college and partial-reinitialization reports evaluate after fine-tuning, as Hugging
 Face's scripts do). Either way every evaluation point is recorded in the curves, so both are available; the
 chosen weights are saved at the end, with the tokenizer, as an HF directory, and are what evaluation,
-weight distances and a sequential run's second task start from. Under `best` a split the task reads at its
+weight distances and a sequential run's second task start from (weights nobody keeps are not saved: the
+caller scores and measures them in memory, `training`'s `finish`). Under `best` a split the task reads at its
 own best point (`Task.own_best_splits`: MNLI-mm, which the monolingual report prints at its own best epoch)
 has its numbers from that point (`select_points`), while the weights stay the first split's best: they are
 one model, and early stopping and a sequential run's start follow the first split alone.
@@ -147,6 +148,10 @@ class FinetuneResult:
     # eval split -> {"epoch", "step"} of the point its best_metrics are from: the selected point, except for a
     # split read at its own best point (select_points)
     selected_points: dict[str, dict[str, int]] = field(default_factory=dict)
+    # eval split -> (metrics, predictions) of the selected point's weights, as head.evaluate returned them at
+    # that point (the step scores weights it does not keep without evaluating them again); None where the
+    # point was evaluated before a resume, whose state does not hold them
+    evaluated: dict[str, tuple] | None = None
 
 
 def select_points(curves: list[dict], task: Task, splits, selection: str) -> dict[str, int]:
@@ -217,8 +222,9 @@ def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyp
              device: str | torch.device | None = None, log: Callable[[str], None] = print,
              state: StateSink | None = None, new_head: bool = False, carry_head: bool = False,
              monitor: Monitor | None = None, tracks: list | None = None, fused: bool = False,
-             names: list[str] | None = None, lane=None,
-             compile_cache: CompileCache | None = None) -> Generator[None, None, list[FinetuneResult]]:
+             names: list[str] | None = None, lane=None, compile_cache: CompileCache | None = None,
+             finish: Callable[[int, FinetuneResult, torch.nn.Module], None] | None = None,
+             ) -> Generator[None, None, list[FinetuneResult]]:
     """`finetune_runs` as a run that can be stepped: a generator that yields after every training step (the
     step with what follows it: its console line, loss-series point, evaluation point, resume state and
     trackers, when it has them) and returns the results. Nothing runs before the first `next`.
@@ -226,7 +232,10 @@ def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyp
     `lane` (a bertology.train.side_by_side.Lane): such a run trains on an engine of its own, never kept for
     another run, whose CUDA graphs go to the lane's memory pool. With `hp.compile`, `compile_cache` (the
     store's, bertology.train.compile_cache) gives what earlier pods compiled for this model and keeps what
-    this run compiled."""
+    this run compiled. An `out_dirs` entry of None saves nothing: `finish(run, result, model)`, called for
+    each run once its result is made, while `model` holds that run's selected weights (on the device, as
+    trained), uses them in memory instead (the finetune step scores and measures weights it does not keep,
+    without writing and reading them back)."""
     started = time.perf_counter()
     device = pick_device(device)
     k = len(model_dirs)
@@ -287,6 +296,7 @@ def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyp
                 "monitor": monitor is not None, **({"fused": names} if fused else {})}
     step, train_seconds, eval_seconds = 0, 0.0, 0.0
     curves, monitored, best_state, best = [[] for _ in names], [], [None] * k, [None] * k
+    evaluated: list[dict | None] = [None] * k  # each run's evaluations at its selected point so far (or None)
     start_epoch, start_batch = 1, 0
     loss_steps, series_steps, losses = 0, 0, [[] for _ in names]  # steps since the last evaluation / series point
     saved = state.load() if state is not None else None
@@ -325,8 +335,9 @@ def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyp
             runs.use(run)
             row = {"epoch": epoch, "step": step,
                    "train_loss": train_losses[run] / loss_steps if loss_steps else None, "lr": lr}
-            for split, data in evals.items():
-                split_metrics, _ = head.evaluate(model, data, batch_size=hp.eval_batch_size, device=device)
+            evaluations = {split: head.evaluate(model, data, batch_size=hp.eval_batch_size, device=device)
+                           for split, data in evals.items()}
+            for split, (split_metrics, _) in evaluations.items():
                 row.update({f"{split}/{name}": value for name, value in split_metrics.items()})
             if monitor is not None:
                 monitored.extend({"epoch": epoch, "step": step, **r} for r in monitor(model))
@@ -339,7 +350,9 @@ def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyp
             if improved:
                 best[run] = len(curves[run]) - 1
                 if hp.selection == "best":
-                    best_state[run] = runs.weights(run)
+                    best_state[run], evaluated[run] = runs.weights(run), evaluations
+            if hp.selection == "last":  # the last point's weights are the result
+                evaluated[run] = evaluations
             loss = "" if row["train_loss"] is None else f"train_loss {row['train_loss']:.4f} "
             log(("" if not fused else f"run {names[run]}: ") + f"epoch {epoch} step {step}: {loss}"
                 + " ".join(f"{key} {v:.4f}" for key, v in row.items() if "/" in key) + (" (best)" if improved else ""))
@@ -417,8 +430,9 @@ def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyp
         else:  # the weights as training left them, and the evaluation point made of them
             runs.use(run)
             point = curves[run][-1]
-        model.save_pretrained(out_dirs[run])  # safetensors (the default since transformers 4.35, the only format in 5)
-        tokenizer.save_pretrained(out_dirs[run])
+        if out_dirs[run] is not None:  # safetensors (the default since transformers 4.35, the only format in 5)
+            model.save_pretrained(out_dirs[run])
+            tokenizer.save_pretrained(out_dirs[run])
         points = select_points(curves[run], task, evals, hp.selection)
         read_at = {split: curves[run][i] for split, i in points.items()}
         results.append(FinetuneResult(
@@ -438,7 +452,10 @@ def training(model_dirs: list, task: Task, train: pa.Table, evals: dict, hp: Hyp
             throughput=len(examples) * hp.epochs / train_seconds if train_seconds else 0.0,
             step_kind=train_step.kind + (", compiled" if hp.compile else "") + (f", fused x{k}" if fused else ""),
             capture_seconds=train_step.capture_seconds,
+            evaluated=evaluated[run],
         ))
+        if finish is not None:
+            finish(run, results[-1], model)
     if hp.compile and compile_cache is not None:  # for the pods after this one
         compile_cache.save(cache_key)
     return results
