@@ -386,7 +386,7 @@ class Cell:
     model: str
     run: RunSpec
     # Keep the fine-tuned weights in the store (the study asks for them, or a sequential run starts from
-    # them); otherwise finetune evaluates and analyzes them before they leave the pod, and drops them.
+    # them); otherwise finetune evaluates and analyzes them in memory, in its pod, and never writes them.
     keep_weights: bool = False
 
     @classmethod
