@@ -57,8 +57,8 @@ autocast, SDPA, batch 32, max length 128, lr 2e-5, AdamW):
   the device or as the loop makes them (pinned copies), at a fixed width and on SST-2's lengths.
 - per-run overhead, by phase, timed by running the finetune step's own calls: process start (a fresh
   interpreter importing the step), loading (tokenizer and model onto the device), tokenized data (the
-  prepared Parquet into batches), evaluation (3 epochs' dev evaluations and the kept weights' scoring),
-  resume states (a snapshot per 1,000 steps), measures (inference speed and weight distances, from the
+  prepared Parquet into batches), evaluation (3 epochs' dev evaluations; the scoring reuses the selected
+  point's), resume states (a snapshot per 1,000 steps), measures (inference speed and weight distances, from the
   model in memory: weights not kept are never saved), publishing (the run's tables into store
   artifacts), and its share of a run's GPU time
   for an RTE-sized and an SST-2-sized run (3 epochs, K = 1).
@@ -415,7 +415,7 @@ def time_phases(b: Bench, task: str, train_rows: int, dev_rows: int, epochs: int
     start = time.perf_counter()
     _, predictions = head.evaluate(model, val, batch_size=b.hp.eval_batch_size, device=b.device)
     sync(b.device)
-    phases["evaluation"] = (time.perf_counter() - start) * (epochs + 1)  # each epoch's, and the kept weights' scoring
+    phases["evaluation"] = (time.perf_counter() - start) * epochs  # each epoch's: the scoring reuses the selected one's
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)  # one step, so its state has its full size
     model(input_ids=torch.ones(2, 8, dtype=torch.long, device=b.device)).logits.sum().backward()
     optimizer.step()

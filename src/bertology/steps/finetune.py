@@ -3,12 +3,12 @@
 Writes `runs/<run-id>/finetune/{model/, curves.parquet, result.json}` (`model/` only when the run keeps its
 weights: weights nobody keeps are scored and measured here from the model in memory, never written; and
 `activations.parquet` when the regime names a native `reference` model) and publishes the curves (and
-activation distances) to `results/<table>/study=<study>/`. A sequential run (`after`: the intermediate run) starts from the
-intermediate run's fine-tuned weights with the task head its `final_head` names (new, or the intermediate
-run's); the intermediate run is trained first, in this process, if it is not finished yet. While it
-trains, the resume state lives in `runs/<run-id>/finetune-state/` (two slots, see bertology.train.state):
-a killed or preempted run started again goes on from there and ends with the same result; the state is
-deleted once the run is published.
+activation distances) to `results/<table>/study=<study>/`. A sequential run (`after`: the intermediate
+run) starts from the intermediate run's fine-tuned weights with the task head its `final_head` names
+(new, or the intermediate run's); the intermediate run is trained first, in this process, if it is not
+finished yet. While it trains, the resume state lives in `runs/<run-id>/finetune-state/` (two slots, see
+bertology.train.state): a killed or preempted run started again goes on from there and ends with the same
+result; the state is deleted once the run is published.
 
 `--spec` is one cell or a JSON list of cells (a bundle), run in order in one process so that start-up and
 imports are paid once, and a run of the same architecture as the one before trains on its model, optimizer

@@ -42,7 +42,7 @@ def _encoder_tensors(weights: Path | dict) -> dict:
     from safetensors.torch import load_file
 
     if isinstance(weights, dict):
-        named = ((name, t.detach()) for name, t in weights.items())
+        named = weights.items()  # a state_dict's tensors are detached already
     else:
         named = (item for path in sorted(weights.glob("*.safetensors")) for item in load_file(path).items())
     tensors = {}
