@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -187,3 +189,28 @@ def test_a_component_that_exits_says_so_with_its_log(tmp_path):
     processes.start(layout, "fails", [sys.executable, "-c", "print('cannot bind 10.244.0.1:6443'); raise SystemExit(1)"])
     with pytest.raises(processes.StartFailed, match=r"fails exited before ready:\n(.|\n)*cannot bind"):
         processes.wait_for(layout, "fails", "ready", lambda: False, timeout=30)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not host.cgroup_hierarchies(), reason="cgroups are written as root")
+def test_cluster_down_kills_what_outlived_its_pod_and_removes_every_cgroup():
+    """A pod's process whose shim was killed before its pod was removed still sits in a cgroup under the
+    kubelet's root; such a cgroup cannot be removed while it holds a process, so going down kills it."""
+    name = f"bertology-test-{os.getpid()}"
+    host.make_cgroup_root(name)
+    orphan = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        for hierarchy in host.cgroup_hierarchies():
+            pod = hierarchy / name / "kubepods" / "pod1"
+            pod.mkdir(parents=True)
+            if hierarchy.name == "cpuset":
+                for cgroup in (pod.parent, pod):
+                    for key in ("cpuset.cpus", "cpuset.mems"):
+                        (cgroup / key).write_text((hierarchy / key).read_text())
+            (pod / "cgroup.procs").write_text(str(orphan.pid))
+        assert host.cgroup_processes(name) == {orphan.pid: "sleep"}
+        assert host.remove_cgroups(name, timeout=30) == []
+        assert orphan.wait(timeout=10) == -signal.SIGKILL
+        assert not any((hierarchy / name).exists() for hierarchy in host.cgroup_hierarchies())
+    finally:
+        orphan.kill()
+        host.remove_cgroups(name, timeout=5)

@@ -9,19 +9,22 @@ Preparing (as hack/local-up-cluster.sh and kubeadm's preflight expect a node to 
 
 Undoing: the previous sysctl values and mount propagation of `/` are written down when first changed and
 put back; every mount under the state and run directories is unmounted, deepest first; the cgroups under
-`bertology-cluster` are removed, deepest first; every iptables chain the cluster made (kube-proxy's
-KUBE-*, and the bridge plugin's CNI-* chains of the `bertology` network) is flushed and deleted; the bridge
-is deleted. `leftovers()` lists anything still there, for `make cluster-down` to fail on.
+`bertology-cluster` are removed, deepest first, after any process left in them (a pod's that outlived its
+shim) is killed; every iptables chain the cluster made (kube-proxy's KUBE-*, and the bridge plugin's CNI-*
+chains of the `bertology` network) is flushed and deleted; the bridge is deleted. `leftovers()` lists anything still there, for `make cluster-down` to fail on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 from bertology.errors import BadInput
@@ -80,27 +83,68 @@ def cgroup_hierarchies() -> list[Path]:
     return sorted(p for p in CGROUPS.iterdir() if p.is_dir() and not p.is_symlink() and (p / "cgroup.procs").exists())
 
 
-def make_cgroup_root() -> None:
+def make_cgroup_root(name: str = CGROUP_ROOT) -> None:
     for hierarchy in cgroup_hierarchies():
-        (hierarchy / CGROUP_ROOT).mkdir(exist_ok=True)
+        (hierarchy / name).mkdir(exist_ok=True)
         if hierarchy.name == "cpuset":  # a v1 cpuset child starts with no cpus and no mems
             for key in ("cpuset.cpus", "cpuset.mems"):
-                (hierarchy / CGROUP_ROOT / key).write_text((hierarchy / key).read_text())
+                (hierarchy / name / key).write_text((hierarchy / key).read_text())
 
 
-def remove_cgroups() -> list[str]:
-    """Removes every cgroup under the cluster's root, deepest first; returns those it could not."""
+def cgroup_processes(name: str = CGROUP_ROOT) -> dict[int, str]:
+    """pid -> command of every process in a cgroup under `name`, in any hierarchy."""
+    found = {}
+    for hierarchy in cgroup_hierarchies():
+        for procs in (hierarchy / name).rglob("cgroup.procs"):
+            try:
+                pids = [int(pid) for pid in procs.read_text().split()]
+            except OSError:  # the cgroup went while it was read
+                continue
+            for pid in pids:
+                try:
+                    found[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
+                except OSError:
+                    found[pid] = "?"
+    return found
+
+
+def _remove_cgroup_trees(name: str) -> list[str]:
     failed = []
     for hierarchy in cgroup_hierarchies():
-        root = hierarchy / CGROUP_ROOT
+        root = hierarchy / name
         if not root.is_dir():
             continue
         for directory in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [root]:
             try:
                 directory.rmdir()
+            except FileNotFoundError:
+                pass
             except OSError as error:
                 failed.append(f"{directory}: {error.strerror}")
     return failed
+
+
+def remove_cgroups(name: str = CGROUP_ROOT, *, timeout: float = 30.0) -> list[str]:
+    """Removes every cgroup under the cluster's root, deepest first; returns those it could not.
+
+    A cgroup that still holds a process cannot be removed. Every process under the root is a pod's (the
+    kubelet's cgroupRoot holds nothing else), and one can outlive its pod: when the CRI's `rmp` times out
+    under load and the shims are then killed, their containers' processes are orphaned, not killed. So each
+    is thawed (a paused pod's tasks take no signal while frozen) and killed, and the removal retried while
+    the kernel still counts an exiting process in its cgroup."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for hierarchy in cgroup_hierarchies():
+            for state in (hierarchy / name).rglob("freezer.state"):
+                with contextlib.suppress(OSError):
+                    state.write_text("THAWED")
+        for pid in cgroup_processes(name):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        failed = _remove_cgroup_trees(name)
+        if not failed or time.monotonic() > deadline:
+            return failed
+        time.sleep(0.2)
 
 
 # --- mounts, sysctls -------------------------------------------------------------------------------------
@@ -250,9 +294,11 @@ def restore(layout: lay.Layout) -> None:
 def leftovers(layout: lay.Layout) -> list[str]:
     """What of the cluster is still on the host: mounts, cgroups, iptables rules, the bridge."""
     found = [f"mount {m}" for m in mounts_under(layout.state, layout.run)]
+    held = cgroup_processes()
+    holding = f" (still holding {', '.join(f'{pid} {comm}' for pid, comm in sorted(held.items()))})" if held else ""
     for hierarchy in cgroup_hierarchies():
         if (hierarchy / CGROUP_ROOT).exists():
-            found.append(f"cgroup {hierarchy / CGROUP_ROOT}")
+            found.append(f"cgroup {hierarchy / CGROUP_ROOT}{holding}")
     found += [f"iptables {rule}" for rule in cluster_rules()]
     if Path(f"/sys/class/net/{lay.BRIDGE}").exists():
         found.append(f"network interface {lay.BRIDGE}")
