@@ -3,9 +3,10 @@
 up:   preflight -> build (cached) -> host -> certificates and kubeconfigs -> etcd -> kube-apiserver ->
       controller manager, scheduler -> containerd -> images imported -> kubelet (node Ready) -> kube-proxy
       (the `kubernetes` Service reachable from a pod) -> Argo (CRDs, RBAC, controller and server as pods).
-down: Argo's and every pod's containers removed through the CRI -> kubelet, kube-proxy, control plane,
-      etcd, containerd stopped -> the shims that outlive containerd killed -> the host put back (host.py)
-      -> the state removed but for containerd's image store -> anything left is listed, and fails it.
+down: kubelet stopped (so that it starts no pod again) -> Argo's and every pod's containers removed
+      through the CRI -> kube-proxy, control plane, etcd, containerd stopped -> the shims that outlive
+      containerd killed, and any pod process that outlived its shim -> the host put back (host.py) -> the
+      state removed but for containerd's image store -> anything left is listed, and fails it.
 """
 
 from __future__ import annotations
@@ -167,10 +168,10 @@ def down(*, layout: lay.Layout | None = None, keep_images: bool = True, log=prin
     """Everything stopped and put back; what could not be (an empty list when the host is clean)."""
     layout = layout or lay.Layout.default()
     binaries = build.cached_binaries() or {}
+    processes.stop(layout, "kubelet")  # first: a running kubelet starts again each pod removed under it
     if processes.pid_of(layout, "containerd") is not None and binaries:
         images.remove_all_pods(layout, binaries, log=log)
-    for name in ("kubelet", "kube-proxy"):
-        processes.stop(layout, name)
+    processes.stop(layout, "kube-proxy")
     if "kube-proxy" in binaries:
         subprocess.run([str(binaries["kube-proxy"]), "--cleanup"], check=False, capture_output=True)
     for name in reversed(ORDER):
@@ -179,6 +180,10 @@ def down(*, layout: lay.Layout | None = None, keep_images: bool = True, log=prin
     for pid, _ in processes.processes_from(shims):
         processes._signal_group(pid, 9)
     time.sleep(0.5)
+    orphans = host.cgroup_processes()
+    if orphans:
+        log(f"  killing {len(orphans)} {'process' if len(orphans) == 1 else 'processes'} that outlived their pods: "
+            + ", ".join(f"{pid} {comm}" for pid, comm in sorted(orphans.items())))
     host.restore(layout)
     for path in (layout.etcd_data, layout.kubelet_root, layout.pki, layout.config, layout.cni_conf.parent,
                  layout.run, layout.state / "opt", layout.state / "up.json", layout.admin_kubeconfig):
