@@ -11,7 +11,8 @@ Undoing: the previous sysctl values and mount propagation of `/` are written dow
 put back; every mount under the state and run directories is unmounted, deepest first; the cgroups under
 `bertology-cluster` are removed, deepest first, after any process left in them (a pod's that outlived its
 shim) is killed; every iptables chain the cluster made (kube-proxy's KUBE-*, and the bridge plugin's CNI-*
-chains of the `bertology` network) is flushed and deleted; the bridge is deleted. `leftovers()` lists anything still there, for `make cluster-down` to fail on.
+chains of the `bertology` network) is flushed and deleted; the bridge is deleted. `leftovers()` lists
+anything still there, for `make cluster-down` to fail on.
 """
 
 from __future__ import annotations
@@ -128,10 +129,11 @@ def remove_cgroups(name: str = CGROUP_ROOT, *, timeout: float = 30.0) -> list[st
     """Removes every cgroup under the cluster's root, deepest first; returns those it could not.
 
     A cgroup that still holds a process cannot be removed. Every process under the root is a pod's (the
-    kubelet's cgroupRoot holds nothing else), and one can outlive its pod: when the CRI's `rmp` times out
-    under load and the shims are then killed, their containers' processes are orphaned, not killed. So each
-    is thawed (a paused pod's tasks take no signal while frozen) and killed, and the removal retried while
-    the kernel still counts an exiting process in its cgroup."""
+    kubelet's cgroupRoot holds nothing else), and one can outlive its pod: killing the shims orphans their
+    containers' processes rather than killing them, so a container the CRI did not remove (its `rmp` timed
+    out, or a kubelet started it again) is left running. So each is thawed (a paused pod's tasks take no
+    signal while frozen) and killed, and the removal retried while the kernel still counts an exiting
+    process in its cgroup."""
     deadline = time.monotonic() + timeout
     while True:
         for hierarchy in cgroup_hierarchies():
