@@ -196,17 +196,11 @@ def test_cluster_down_kills_what_outlived_its_pod_and_removes_every_cgroup():
     """A pod's process whose shim was killed before its pod was removed still sits in a cgroup under the
     kubelet's root; such a cgroup cannot be removed while it holds a process, so going down kills it."""
     name = f"bertology-test-{os.getpid()}"
-    host.make_cgroup_root(name)
+    host.make_cgroup(f"{name}/kubepods/pod1")
     orphan = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
         for hierarchy in host.cgroup_hierarchies():
-            pod = hierarchy / name / "kubepods" / "pod1"
-            pod.mkdir(parents=True)
-            if hierarchy.name == "cpuset":
-                for cgroup in (pod.parent, pod):
-                    for key in ("cpuset.cpus", "cpuset.mems"):
-                        (cgroup / key).write_text((hierarchy / key).read_text())
-            (pod / "cgroup.procs").write_text(str(orphan.pid))
+            (hierarchy / name / "kubepods" / "pod1" / "cgroup.procs").write_text(str(orphan.pid))
         assert host.cgroup_processes(name) == {orphan.pid: "sleep"}
         assert host.remove_cgroups(name, timeout=30) == []
         assert orphan.wait(timeout=10) == -signal.SIGKILL

@@ -183,7 +183,7 @@ def down(*, layout: lay.Layout | None = None, keep_images: bool = True, log=prin
     orphans = host.cgroup_processes()
     if orphans:
         log(f"  killing {len(orphans)} {'process' if len(orphans) == 1 else 'processes'} that outlived their pods: "
-            + ", ".join(f"{pid} {comm}" for pid, comm in sorted(orphans.items())))
+            f"{host.describe(orphans)}")
     host.restore(layout)
     for path in (layout.etcd_data, layout.kubelet_root, layout.pki, layout.config, layout.cni_conf.parent,
                  layout.run, layout.state / "opt", layout.state / "up.json", layout.admin_kubeconfig):

@@ -84,12 +84,22 @@ def cgroup_hierarchies() -> list[Path]:
     return sorted(p for p in CGROUPS.iterdir() if p.is_dir() and not p.is_symlink() and (p / "cgroup.procs").exists())
 
 
-def make_cgroup_root(name: str = CGROUP_ROOT) -> None:
+def make_cgroup(name: str = CGROUP_ROOT) -> None:
+    """The cgroup `name` (a path under each hierarchy's root), and each one above it, in every hierarchy."""
     for hierarchy in cgroup_hierarchies():
-        (hierarchy / name).mkdir(exist_ok=True)
-        if hierarchy.name == "cpuset":  # a v1 cpuset child starts with no cpus and no mems
-            for key in ("cpuset.cpus", "cpuset.mems"):
-                (hierarchy / name / key).write_text((hierarchy / key).read_text())
+        parent = hierarchy
+        for part in Path(name).parts:
+            cgroup = parent / part
+            cgroup.mkdir(exist_ok=True)
+            if hierarchy.name == "cpuset":  # a v1 cpuset child starts with no cpus and no mems
+                for key in ("cpuset.cpus", "cpuset.mems"):
+                    (cgroup / key).write_text((parent / key).read_text())
+            parent = cgroup
+
+
+def describe(processes: dict[int, str]) -> str:
+    """`pid command, ...` of cgroup_processes()' answer, in pid order."""
+    return ", ".join(f"{pid} {comm}" for pid, comm in sorted(processes.items()))
 
 
 def cgroup_processes(name: str = CGROUP_ROOT) -> dict[int, str]:
@@ -197,7 +207,7 @@ def prepare(layout: lay.Layout) -> None:
     _run("ip", "link", "set", lay.BRIDGE, "up")
     layout.cni_conf.mkdir(parents=True, exist_ok=True)
     (layout.cni_conf / "10-bertology.conflist").write_text(json.dumps(cni_config(layout), indent=2))
-    make_cgroup_root()
+    make_cgroup()
 
 
 def cni_config(layout: lay.Layout) -> dict:
@@ -297,7 +307,7 @@ def leftovers(layout: lay.Layout) -> list[str]:
     """What of the cluster is still on the host: mounts, cgroups, iptables rules, the bridge."""
     found = [f"mount {m}" for m in mounts_under(layout.state, layout.run)]
     held = cgroup_processes()
-    holding = f" (still holding {', '.join(f'{pid} {comm}' for pid, comm in sorted(held.items()))})" if held else ""
+    holding = f" (still holding {describe(held)})" if held else ""
     for hierarchy in cgroup_hierarchies():
         if (hierarchy / CGROUP_ROOT).exists():
             found.append(f"cgroup {hierarchy / CGROUP_ROOT}{holding}")
